@@ -1,0 +1,58 @@
+# The spawner service's build, test and demo entry points. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/jhub-spawner-tools
+include hack/versions.env
+
+##@ Main
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %-14s %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
+
+.PHONY: demo
+demo: build tools deps ## Run the demo: local cluster, spawnerd and a real JupyterHub on 127.0.0.1.
+	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin bash hack/demo.sh
+
+.PHONY: test
+test: build tools deps lint test-unit test-python test-e2e ## Run every test: lint, unit, Python, end to end.
+
+##@ Building
+.PHONY: build
+build: ## Build the binaries into bin/.
+	$(GO) build -o bin/ ./cmd/...
+
+.PHONY: tools
+tools: ## Build the pinned control-plane binaries once into the tools cache.
+	bash hack/tools.sh >/dev/null
+
+.PHONY: deps
+deps: ## Install the Debian packages the demo and the tests use (JupyterHub, configurable-http-proxy, PyJWT).
+	bash hack/debian-deps.sh
+
+##@ Testing
+.PHONY: test-unit
+test-unit: ## Unit tests (no cluster).
+	$(GO) test -race $$($(GO) list ./... | grep -v /e2e/)
+
+.PHONY: test-python
+test-python: ## The hub-side spawner class's unit tests.
+	cd deploy/python && /usr/bin/python3 -m unittest discover -s tests -t .
+
+.PHONY: test-e2e
+test-e2e: tools ## End-to-end tests against the dev cluster (and the real hub and proxy).
+	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -timeout 40m ./e2e/...
+
+.PHONY: bench
+bench: tools ## Benchmarks (numbers for the closing notes).
+	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet, staticcheck.
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@test -x $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck || GOBIN=$(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck ./...
+
+.PHONY: clean
+clean: ## Remove bin/.
+	rm -rf bin

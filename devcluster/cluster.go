@@ -1,0 +1,474 @@
+// Package devcluster runs a real Kubernetes control plane on loopback for the
+// demo and the tests: etcd, kube-apiserver, kube-scheduler,
+// kube-controller-manager, kwok for fake nodes, and a local-runtime node whose
+// pods run as local processes.
+package devcluster
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/dsmlp/spawner/devcluster/localnode"
+)
+
+//go:embed kwok.yaml
+var kwokConfig []byte
+
+// Options configures a dev cluster.
+type Options struct {
+	// Dir holds the cluster's state: certificates, kubeconfigs, etcd data, logs.
+	Dir string
+	// BinDir holds etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok.
+	BinDir string
+	// Nodes are the fake nodes to create. Default DefaultNodeConfig().
+	Nodes *NodeConfig
+	// Logger receives progress lines. Default: no logging.
+	Logger *zap.Logger
+	// ReadyTimeout bounds the wait for the API server and every node. Default 2 minutes.
+	ReadyTimeout time.Duration
+}
+
+// Cluster is a running dev cluster.
+type Cluster struct {
+	opts       Options
+	pki        *pki
+	ports      ports
+	procs      map[string]*process
+	order      []string
+	kubeconfig string
+	rest       *rest.Config
+	client     kubernetes.Interface
+	agent      *localnode.Agent
+	agentStop  context.CancelFunc
+	agentDone  chan struct{}
+	log        *zap.Logger
+}
+
+type ports struct {
+	etcdClient, etcdPeer, apiserver, scheduler, controllerManager, kwok int
+}
+
+// Start brings up the control plane and the nodes and returns once the API
+// server is ready and every node is Ready. On error everything started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.Dir == "" || opts.BinDir == "" {
+		return nil, errors.New("devcluster: Dir and BinDir are required")
+	}
+	if opts.Nodes == nil {
+		opts.Nodes = DefaultNodeConfig()
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 2 * time.Minute
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, bin)); err != nil {
+			return nil, fmt.Errorf("devcluster: %s not found in %s (run hack/tools.sh): %w", bin, opts.BinDir, err)
+		}
+	}
+	for _, sub := range []string{"logs", "etcd", "pods"} {
+		if err := os.MkdirAll(filepath.Join(opts.Dir, sub), 0o755); err != nil {
+			return nil, fmt.Errorf("devcluster: creating %s: %w", sub, err)
+		}
+	}
+	c := &Cluster{opts: opts, procs: map[string]*process{}, log: opts.Logger}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.pki, err = newPKI(filepath.Join(opts.Dir, "pki")); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if c.ports, err = freePorts(); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	if err := c.writeKubeconfigs(); err != nil {
+		return nil, err
+	}
+	if c.rest, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig); err != nil {
+		return nil, fmt.Errorf("devcluster: loading admin kubeconfig: %w", err)
+	}
+	c.rest.QPS, c.rest.Burst = 500, 1000
+	if c.client, err = kubernetes.NewForConfig(c.rest); err != nil {
+		return nil, fmt.Errorf("devcluster: client: %w", err)
+	}
+	c.define()
+
+	ctx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
+	defer cancel()
+	if err := c.startProcess("etcd"); err != nil {
+		return nil, err
+	}
+	if err := c.waitTCP(ctx, "etcd", c.ports.etcdClient); err != nil {
+		return nil, err
+	}
+	if err := c.startProcess("kube-apiserver"); err != nil {
+		return nil, err
+	}
+	if err := c.waitAPIServer(ctx); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kwok"} {
+		if err := c.startProcess(name); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.createNodes(ctx); err != nil {
+		return nil, err
+	}
+	if opts.Nodes.localRuntime() {
+		if err := c.startAgent(); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.waitNodesReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.waitDefaultServiceAccount(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.writePIDs(); err != nil {
+		return nil, err
+	}
+	c.log.Info("cluster ready", zap.String("kubeconfig", c.kubeconfig), zap.Int("nodes", len(opts.Nodes.Nodes())))
+	return c, nil
+}
+
+// Kubeconfig is the path of the admin kubeconfig.
+func (c *Cluster) Kubeconfig() string { return c.kubeconfig }
+
+// RESTConfig returns a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.rest) }
+
+// Client is an admin clientset.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// Dir is the cluster's state folder.
+func (c *Cluster) Dir() string { return c.opts.Dir }
+
+// APIServerURL is the API server's https URL.
+func (c *Cluster) APIServerURL() string { return fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver) }
+
+// CAFile is the cluster CA certificate, for webhooks and clients.
+func (c *Cluster) CAFile() string { return c.pki.caCert }
+
+// Stop stops the local-runtime agent (and its pods' processes) and every
+// control-plane process, newest first.
+func (c *Cluster) Stop() {
+	if c.agentStop != nil {
+		c.agentStop()
+		<-c.agentDone
+		c.agentStop = nil
+	}
+	for i := len(c.order) - 1; i >= 0; i-- {
+		c.procs[c.order[i]].stop(10 * time.Second)
+	}
+	_ = os.Remove(filepath.Join(c.opts.Dir, pidFile))
+}
+
+// RestartAPIServer stops kube-apiserver and starts it again with the same
+// flags and port, then waits for it to be ready: what a control-plane upgrade
+// or crash looks like to clients and informers.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	p := c.procs["kube-apiserver"]
+	p.stop(20 * time.Second)
+	if err := p.start(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
+	defer cancel()
+	if err := c.waitAPIServer(ctx); err != nil {
+		return err
+	}
+	return c.writePIDs()
+}
+
+func (c *Cluster) define() {
+	dir, bin := c.opts.Dir, c.opts.BinDir
+	logs := filepath.Join(dir, "logs")
+	kc := func(id string) string { return filepath.Join(dir, id+".kubeconfig") }
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", c.ports.etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", c.ports.etcdPeer)
+	add := func(name string, args ...string) {
+		c.procs[name] = &process{name: name, path: filepath.Join(bin, name), args: args, logPath: filepath.Join(logs, name+".log")}
+		c.order = append(c.order, name)
+	}
+	add("etcd",
+		"--name=devcluster",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=devcluster="+peerURL,
+		// A throwaway cluster: durability is not worth an fsync per write.
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	)
+	add("kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		// Loopback cannot back the kubernetes Service endpoints; nothing in-cluster dials it.
+		"--endpoint-reconciler-type=none",
+		"--secure-port="+strconv.Itoa(c.ports.apiserver),
+		"--tls-cert-file="+c.pki.serverCert, "--tls-private-key-file="+c.pki.serverKey,
+		"--client-ca-file="+c.pki.caCert,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+c.pki.saPub,
+		"--service-account-signing-key-file="+c.pki.saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction,ResourceQuota",
+		"--allow-privileged=true",
+		"--profiling=false",
+		// Spawn storms and 10,000-pod benchmarks: do not throttle the clients under test.
+		"--max-requests-inflight=3000", "--max-mutating-requests-inflight=1000",
+		"--enable-priority-and-fairness=false",
+		"--event-ttl=1h",
+		"--v=1",
+	)
+	add("kube-scheduler",
+		"--kubeconfig="+kc("scheduler"),
+		"--authentication-kubeconfig="+kc("scheduler"), "--authorization-kubeconfig="+kc("scheduler"),
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(c.ports.scheduler),
+		"--leader-elect=false",
+		"--kube-api-qps=500", "--kube-api-burst=1000",
+		"--v=1",
+	)
+	add("kube-controller-manager",
+		"--kubeconfig="+kc("controller-manager"),
+		"--authentication-kubeconfig="+kc("controller-manager"), "--authorization-kubeconfig="+kc("controller-manager"),
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(c.ports.controllerManager),
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+c.pki.saKey,
+		"--root-ca-file="+c.pki.caCert,
+		"--cluster-signing-cert-file="+c.pki.caCert, "--cluster-signing-key-file="+c.pki.caKey,
+		"--controllers=*,-node-ipam-controller",
+		"--kube-api-qps=500", "--kube-api-burst=1000",
+		"--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20",
+		"--concurrent-gc-syncs=50",
+		"--v=1",
+	)
+	add("kwok",
+		"--kubeconfig="+kc("kwok"),
+		"--config="+filepath.Join(dir, "kwok.yaml"),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-label-selector="+kwokNodeLabel+"="+kwokNodeValue,
+		"--cidr=10.64.0.1/10",
+		"--node-ip=10.63.255.254",
+		"--server-address=127.0.0.1:"+strconv.Itoa(c.ports.kwok),
+	)
+}
+
+func (c *Cluster) startProcess(name string) error {
+	if name == "kwok" {
+		if err := os.WriteFile(filepath.Join(c.opts.Dir, "kwok.yaml"), kwokConfig, 0o644); err != nil {
+			return fmt.Errorf("devcluster: writing kwok config: %w", err)
+		}
+	}
+	c.log.Info("starting", zap.String("component", name))
+	return c.procs[name].start()
+}
+
+// writeKubeconfigs writes one kubeconfig per identity; the admin one is the cluster's.
+func (c *Cluster) writeKubeconfigs() error {
+	server := fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver)
+	for _, id := range identities {
+		cert := c.pki.clientCerts[id.name]
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["devcluster"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: c.pki.caCert}
+		cfg.AuthInfos[id.name] = &clientcmdapi.AuthInfo{ClientCertificate: cert[0], ClientKey: cert[1]}
+		cfg.Contexts["devcluster"] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: id.name, Namespace: "default"}
+		cfg.CurrentContext = "devcluster"
+		path := filepath.Join(c.opts.Dir, id.name+".kubeconfig")
+		if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+			return fmt.Errorf("devcluster: writing %s kubeconfig: %w", id.name, err)
+		}
+		if id.name == "admin" {
+			c.kubeconfig = path
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) createNodes(ctx context.Context) error {
+	for _, n := range c.opts.Nodes.Nodes() {
+		status := n.Status
+		created, err := c.client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("devcluster: creating node %s: %w", n.Name, err)
+		}
+		// Capacity is status: set it explicitly, as a kubelet would on registration.
+		created.Status = status
+		if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("devcluster: setting capacity of node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) startAgent() error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.opts.Dir, "runtime.kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("devcluster: runtime kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("devcluster: runtime client: %w", err)
+	}
+	agent, err := localnode.New(client, localnode.Options{
+		NodeName:   LocalRuntimeNode,
+		NodeLabels: map[string]string{LabelLocalRuntime: "true"},
+		Taint:      &corev1.Taint{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule},
+		StateDir:   filepath.Join(c.opts.Dir, "pods"),
+		Logger:     c.log.Named("local-runtime"),
+	})
+	if err != nil {
+		return fmt.Errorf("devcluster: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.agent, c.agentStop, c.agentDone = agent, cancel, make(chan struct{})
+	go func() {
+		defer close(c.agentDone)
+		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
+			c.log.Error("local runtime stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+func (c *Cluster) waitTCP(ctx context.Context, name string, port int) error {
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		if done, perr := c.procs[name].exited(); done {
+			return false, fmt.Errorf("%s exited: %v\n%s", name, perr, c.procs[name].tail())
+		}
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("devcluster: waiting for %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) waitAPIServer(ctx context.Context) error {
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if done, perr := c.procs["kube-apiserver"].exited(); done {
+			return false, fmt.Errorf("kube-apiserver exited: %v\n%s", perr, c.procs["kube-apiserver"].tail())
+		}
+		body, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && strings.TrimSpace(string(body)) == "ok", nil
+	})
+	if err != nil {
+		return fmt.Errorf("devcluster: waiting for kube-apiserver /readyz: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) waitNodesReady(ctx context.Context) error {
+	want := len(c.opts.Nodes.Nodes())
+	if c.opts.Nodes.localRuntime() {
+		want++
+	}
+	var ready int
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kwok"} {
+			if done, perr := c.procs[name].exited(); done {
+				return false, fmt.Errorf("%s exited: %v\n%s", name, perr, c.procs[name].tail())
+			}
+		}
+		nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		ready = 0
+		for i := range nodes.Items {
+			if NodeReady(&nodes.Items[i]) {
+				ready++
+			}
+		}
+		return ready >= want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("devcluster: waiting for %d nodes to be Ready (%d are): %w", want, ready, err)
+	}
+	return nil
+}
+
+// waitDefaultServiceAccount waits for the controller-manager to create the
+// default service account, without which no pod can be created.
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context) error {
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := c.client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("devcluster: waiting for the default service account: %w", err)
+	}
+	return nil
+}
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func freePorts() (ports, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	next := func() (int, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	var p ports
+	for _, dst := range []*int{&p.etcdClient, &p.etcdPeer, &p.apiserver, &p.scheduler, &p.controllerManager, &p.kwok} {
+		port, err := next()
+		if err != nil {
+			return p, err
+		}
+		*dst = port
+	}
+	return p, nil
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the pinned control-plane binaries once into a cache folder outside the
+# work tree, keyed by version, and prints that folder. Later runs reuse it.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=versions.env
+. "$root/hack/versions.env"
+cache="${SPAWNER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jhub-spawner-tools}"
+k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
+etcd_dir="$cache/etcd-$ETCD_VERSION"
+kwok_dir="$cache/kwok-$KWOK_VERSION"
+log() { echo "tools: $*" >&2; }
+
+if [[ ! -x "$k8s_dir/kubectl" ]]; then
+  log "building kube-apiserver, kube-scheduler, kube-controller-manager, kubectl $KUBERNETES_VERSION (first time: ~15 min on 2 cores)"
+  mkdir -p "$k8s_dir.tmp"
+  minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+  (cd "$root/tools/k8s" && go build -trimpath -o "$k8s_dir.tmp/" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
+  rm -rf "$k8s_dir" && mv "$k8s_dir.tmp" "$k8s_dir"
+fi
+if [[ ! -x "$etcd_dir/etcd" ]]; then
+  log "building etcd $ETCD_VERSION"
+  mkdir -p "$etcd_dir.tmp"
+  (cd "$root/tools/etcd" && go build -trimpath -ldflags "-s -w" -o "$etcd_dir.tmp/etcd" go.etcd.io/etcd/server/v3)
+  rm -rf "$etcd_dir" && mv "$etcd_dir.tmp" "$etcd_dir"
+fi
+if [[ ! -x "$kwok_dir/kwok" ]]; then
+  log "installing kwok $KWOK_VERSION (first time: ~4 min)"
+  mkdir -p "$kwok_dir.tmp"
+  GOBIN="$kwok_dir.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  rm -rf "$kwok_dir" && mv "$kwok_dir.tmp" "$kwok_dir"
+fi
+mkdir -p "$cache/bin"
+for f in "$k8s_dir"/* "$etcd_dir/etcd" "$kwok_dir/kwok"; do ln -sf "$f" "$cache/bin/$(basename "$f")"; done
+echo "$cache/bin"
