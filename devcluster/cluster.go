@@ -168,7 +168,9 @@ func (c *Cluster) Client() kubernetes.Interface { return c.client }
 func (c *Cluster) Dir() string { return c.opts.Dir }
 
 // APIServerURL is the API server's https URL.
-func (c *Cluster) APIServerURL() string { return fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver) }
+func (c *Cluster) APIServerURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver)
+}
 
 // CAFile is the cluster CA certificate, for webhooks and clients.
 func (c *Cluster) CAFile() string { return c.pki.caCert }

@@ -123,10 +123,10 @@ func (c *NodeConfig) Nodes() []*corev1.Node {
 		}
 		for i := 0; i < ns.Count; i++ {
 			labels := map[string]string{
-				kwokNodeLabel:            kwokNodeValue,
-				"kubernetes.io/os":       "linux",
-				"kubernetes.io/arch":     "amd64",
-				"kubernetes.io/hostname": fmt.Sprintf("%s-%d", ns.Name, i),
+				kwokNodeLabel:             kwokNodeValue,
+				"kubernetes.io/os":        "linux",
+				"kubernetes.io/arch":      "amd64",
+				"kubernetes.io/hostname":  fmt.Sprintf("%s-%d", ns.Name, i),
 				"devcluster.dsmlp.io/set": ns.Name,
 			}
 			for k, v := range ns.Labels {
