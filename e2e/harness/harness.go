@@ -41,14 +41,22 @@ type Env struct {
 
 // Main starts one cluster for the package's tests, runs them, and tears the
 // cluster down. Use it from TestMain: os.Exit(harness.Main(m, &env, nil)).
-// With E2E_KEEP=1 the cluster's folder (logs, kubeconfig) is kept.
-func Main(m *testing.M, env **Env, nodes *devcluster.NodeConfig) int {
+// Each setup function runs once the cluster is up. With E2E_KEEP=1 the
+// cluster's folder (logs, kubeconfig) is kept.
+func Main(m *testing.M, env **Env, nodes *devcluster.NodeConfig, setup ...func(*Env) error) int {
 	e, stop, err := Start(context.Background(), nodes)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "harness:", err)
 		return 1
 	}
 	*env = e
+	for _, s := range setup {
+		if err := s(e); err != nil {
+			fmt.Fprintln(os.Stderr, "harness: setup:", err)
+			stop(true)
+			return 1
+		}
+	}
 	code := m.Run()
 	stop(code != 0)
 	return code

@@ -1,0 +1,184 @@
+"""HTTP and WebSocket client for spawnerd's hub-facing API (one method per endpoint)."""
+
+import asyncio
+import json
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.websocket import websocket_connect
+
+API_PREFIX = "/api/v1"
+
+WRONG_SECRET = "wrong shared secret: spawnerd refused the token (401)"
+
+
+class TransportError(RuntimeError):
+    """TransportError means spawnerd could not be reached or did not answer in time."""
+
+    jupyterhub_message = "The spawner service is unreachable; please try again later."
+
+
+class ServiceError(RuntimeError):
+    """ServiceError means spawnerd answered with an unexpected HTTP status.
+
+    ``error`` and ``field`` come from spawnerd's ``{"error", "field"}`` body;
+    ``jupyterhub_message`` is what the hub shows on the spawn page.
+    """
+
+    def __init__(self, action, status, error, field=""):
+        self.status = status
+        self.error = error
+        self.field = field
+        where = f" (field {field})" if field else ""
+        super().__init__(f"{action}: spawnerd answered {status}: {error}{where}")
+        self.jupyterhub_message = f"{error}{where}"
+
+
+class AuthError(ServiceError):
+    """AuthError means spawnerd refused the token: the two sides hold different secrets."""
+
+    def __init__(self, action):
+        super().__init__(action, 401, WRONG_SECRET)
+        self.args = (WRONG_SECRET,)
+        self.jupyterhub_message = WRONG_SECRET
+
+
+def server_path(user, server_name):
+    """server_path is the API path of one server: ``server`` or ``servers/{name}``."""
+    path = f"{API_PREFIX}/users/{quote(user, safe='')}/"
+    if server_name:
+        return path + "servers/" + quote(server_name, safe="")
+    return path + "server"
+
+
+def _error_body(body):
+    try:
+        data = json.loads(body or b"")
+    except ValueError:
+        return "", ""
+    if not isinstance(data, dict):
+        return "", ""
+    return str(data.get("error") or ""), str(data.get("field") or "")
+
+
+def _close_when_connected(connecting):
+    if not connecting.cancelled() and connecting.exception() is None:
+        connecting.result().close()
+
+
+class Client:
+    """Client calls spawnerd on behalf of one hub user at a time.
+
+    ``token_for(user, admin)`` returns the bearer token for each call; a new
+    one is minted per request so none outlives its 60 s lifetime.
+    """
+
+    def __init__(self, base_url, token_for, timeout, http_client=None):
+        self._base = base_url.rstrip("/")
+        self._token_for = token_for
+        self._timeout = timeout
+        # The hub configures AsyncHTTPClient (pycurl when installed), so use its instance.
+        self._http = http_client
+
+    def _headers(self, user, admin):
+        return {
+            "Authorization": "Bearer " + self._token_for(user, admin),
+            "Accept": "application/json",
+        }
+
+    async def _call(self, action, method, path, user, ok, body=None, admin=False):
+        headers = self._headers(user, admin)
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body)
+        elif method == "POST":
+            data = ""
+        request = HTTPRequest(
+            self._base + path,
+            method=method,
+            headers=headers,
+            body=data,
+            connect_timeout=self._timeout,
+            request_timeout=self._timeout,
+        )
+        http = self._http or AsyncHTTPClient()
+        try:
+            response = await http.fetch(request, raise_error=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            raise TransportError(f"{action}: cannot reach spawnerd at {self._base}: {err}") from err
+        if response.code == 599:
+            raise TransportError(
+                f"{action}: cannot reach spawnerd at {self._base}: {response.error}"
+            )
+        if response.code == 401:
+            raise AuthError(action)
+        if response.code not in ok:
+            error, field = _error_body(response.body)
+            raise ServiceError(action, response.code, error or response.reason or "", field)
+        if response.code in (204, 404) or not response.body:
+            return response.code, None
+        try:
+            data = json.loads(response.body)
+        except ValueError as err:
+            raise ServiceError(action, response.code, f"invalid JSON in answer: {err}") from err
+        if not isinstance(data, dict):
+            raise ServiceError(action, response.code, "answer is not a JSON object")
+        return response.code, data
+
+    async def profiles(self, user):
+        """profiles returns spawnerd's profile list (KubeSpawner profile_list shape)."""
+        _, data = await self._call("listing profiles", "GET", f"{API_PREFIX}/profiles", user, (200,))
+        profiles = (data or {}).get("profiles") or []
+        return [p for p in profiles if isinstance(p, dict)]
+
+    async def start(self, user, server_name, body):
+        """start asks spawnerd to start a server; it returns the server model."""
+        _, model = await self._call(
+            "starting server", "POST", server_path(user, server_name), user, (200, 201, 202), body
+        )
+        return model or {}
+
+    async def status(self, user, server_name):
+        """status returns the server model, or None when spawnerd does not know the server."""
+        code, model = await self._call(
+            "reading server status", "GET", server_path(user, server_name), user, (200, 404)
+        )
+        return None if code == 404 else (model or {})
+
+    async def delete(self, user, server_name, now):
+        """delete asks spawnerd to stop a server; it returns 204 (gone), 202 (stopping) or 404 (unknown)."""
+        path = server_path(user, server_name) + ("?now=true" if now else "?now=false")
+        code, _ = await self._call("stopping server", "DELETE", path, user, (202, 204, 404))
+        return code
+
+    async def progress(self, user, server_name):
+        """progress opens the server's progress WebSocket and returns the connection."""
+        action = "opening progress stream"
+        url = self._base + server_path(user, server_name) + "/progress"
+        if url.startswith("https://"):
+            url = "wss://" + url[len("https://"):]
+        elif url.startswith("http://"):
+            url = "ws://" + url[len("http://"):]
+        request = HTTPRequest(
+            url,
+            headers=self._headers(user, False),
+            connect_timeout=self._timeout,
+            request_timeout=self._timeout,
+        )
+        connecting = websocket_connect(request)
+        try:
+            # Shielded: cancelling a pending websocket_connect would leave its
+            # socket open, so on cancel close the connection once it exists.
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            connecting.add_done_callback(_close_when_connected)
+            raise
+        except HTTPClientError as err:
+            if err.code == 401:
+                raise AuthError(action) from err
+            raise TransportError(f"{action}: spawnerd answered {err.code}") from err
+        except Exception as err:
+            raise TransportError(f"{action}: cannot reach spawnerd at {self._base}: {err}") from err

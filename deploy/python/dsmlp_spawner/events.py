@@ -1,0 +1,56 @@
+"""Per-spawn progress events, replayed from the start to every subscriber."""
+
+import asyncio
+
+
+class EventLog:
+    """EventLog holds one spawn's progress events.
+
+    ``start()`` appends and finally closes it; each ``progress()`` subscriber
+    follows it from index 0. Subscribers wake on an asyncio.Event rather than
+    sleep-polling, because the hub stops reading progress the moment the spawn
+    finishes and a sleeping reader would lose the last events.
+    """
+
+    def __init__(self):
+        self._events = []
+        self._changed = None
+        self.closed = False
+
+    def __len__(self):
+        return len(self._events)
+
+    def append(self, event):
+        """append records one event and wakes every subscriber."""
+        self._events.append(event)
+        self._wake()
+
+    def close(self):
+        """close marks the spawn finished; subscribers end after replaying everything."""
+        self.closed = True
+        self._wake()
+
+    def _wake(self):
+        # Replace the Event instead of clearing it, so a subscriber that has not
+        # yet awaited the old one cannot miss this wake-up.
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def follow(self):
+        """follow yields every event from the first, then new ones, until closed.
+
+        Each event is a shallow copy: the hub pops keys (``ready``) from what it
+        receives, and other subscribers must still see the original.
+        """
+        i = 0
+        while True:
+            while i < len(self._events):
+                yield dict(self._events[i])
+                i += 1
+            if self.closed:
+                return
+            if self._changed is None:
+                # Created lazily so it belongs to the running loop.
+                self._changed = asyncio.Event()
+            await self._changed.wait()

@@ -1,0 +1,405 @@
+"""RemoteKubeSpawner: the hub-side Spawner that forwards start/poll/stop/progress to spawnerd."""
+
+import asyncio
+import json
+from urllib.parse import urlsplit
+
+import jupyterhub
+from jupyterhub.spawner import Spawner
+from tornado import web
+from traitlets import Float, Unicode, default
+
+from . import form
+from .auth import SecretError, TokenSigner, read_secret
+from .client import AuthError, Client, ServiceError, TransportError
+from .events import EventLog
+
+# Server model statuses, as spawnerd reports them.
+PENDING, RUNNING, STOPPED, ABSENT = "pending", "running", "stopped", "absent"
+
+# State keys that survive clear_state(), as in KubeSpawner: the next spawn
+# of the same server keeps its namespace and volume.
+_KEPT_STATE = ("namespace", "pvc_name")
+
+
+class SpawnFailed(RuntimeError):
+    """SpawnFailed is raised by start() when spawnerd reports that the spawn failed.
+
+    The hub shows ``jupyterhub_message`` to the user.
+    """
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.jupyterhub_message = message
+
+
+def _exit_code(model):
+    code = model.get("exit_code")
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    return 1
+
+
+class RemoteKubeSpawner(Spawner):
+    """RemoteKubeSpawner starts notebook servers through the spawnerd service.
+
+    spawnerd creates the pods, PVCs and services (KubeSpawner-compatible);
+    this class only carries the hub's side of the Spawner contract over HTTP,
+    authenticating every call with a short-lived JWT signed with a shared secret.
+    """
+
+    service_url = Unicode(
+        "http://127.0.0.1:8090",
+        help="Base URL of spawnerd, e.g. http://spawnerd.jhub.svc:8090.",
+    ).tag(config=True)
+
+    shared_secret_file = Unicode(
+        "",
+        help="""File holding the secret shared with spawnerd (trailing whitespace ignored).
+        Takes precedence over shared_secret_env.""",
+    ).tag(config=True)
+
+    shared_secret_env = Unicode(
+        "SPAWNERD_SHARED_SECRET",
+        help="Environment variable holding the shared secret when shared_secret_file is unset.",
+    ).tag(config=True)
+
+    request_timeout = Float(
+        10,
+        help="Seconds to wait for spawnerd to connect and answer one request.",
+    ).tag(config=True)
+
+    poll_retry = Float(
+        0.5,
+        help="""Seconds between status checks when start() falls back from the
+        progress WebSocket to polling, and while stop() waits for a server to go.""",
+    ).tag(config=True)
+
+    stop_timeout = Float(
+        60,
+        help="Seconds stop() waits for spawnerd to report the server gone before giving up.",
+    ).tag(config=True)
+
+    @default("env_keep")
+    def _env_keep_default(self):
+        # The hub's environment must not leak into notebook pods.
+        return []
+
+    @default("ip")
+    def _ip_default(self):
+        return "0.0.0.0"
+
+    @default("port")
+    def _port_default(self):
+        return 8888
+
+    @default("options_form")
+    def _options_form_default(self):
+        # A callable: the hub awaits it each time it shows the spawn page, so the
+        # form always reflects spawnerd's current profiles.
+        return self._render_options_form
+
+    @default("options_from_form")
+    def _options_from_form_default(self):
+        return form.options_from_form
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._remote_state = {}
+        self._url = None
+        self._requested = False
+        self._events = EventLog()
+        self._start_task = None
+        self._client = Client(
+            self.service_url, TokenSigner(self._secret).token, self.request_timeout
+        )
+        try:
+            self._secret()
+        except SecretError as err:
+            self.log.error("spawnerd secret unusable: %s", err)
+
+    def _secret(self):
+        return read_secret(self.shared_secret_file, self.shared_secret_env)
+
+    @property
+    def _who(self):
+        return f"user={self.user.name} server={self.name}"
+
+    # --- state -----------------------------------------------------------
+
+    def get_state(self):
+        state = super().get_state()
+        state.update(self._remote_state)
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        # Everything spawnerd put in its state comes back, and so do
+        # KubeSpawner's own keys when KubeSpawner wrote the database.
+        self._remote_state = dict(state or {})
+
+    def clear_state(self):
+        super().clear_state()
+        self._remote_state = {k: self._remote_state[k] for k in _KEPT_STATE if k in self._remote_state}
+        self._url = None
+        self._requested = False
+        # A fresh log for the coming spawn; progress() readers of an earlier
+        # spawn keep the log they started on.
+        self._events = EventLog()
+
+    def _update_from_model(self, model):
+        state = model.get("state")
+        if isinstance(state, dict):
+            self._remote_state.update(state)
+        url = model.get("url")
+        if url:
+            self._url = url
+
+    # --- start -------------------------------------------------------------
+
+    async def start(self):
+        """start asks spawnerd for the server, follows its progress and returns its URL."""
+        if self._events.closed:
+            self._events = EventLog()
+        # Run in a task of its own, so poll() can tell a start is in flight and
+        # stop() can cancel exactly this work.
+        self._start_task = asyncio.ensure_future(self._start(self._events))
+        return await self._start_task
+
+    async def _start(self, events):
+        try:
+            return await self._request_start(events)
+        finally:
+            events.close()
+
+    async def _request_start(self, events):
+        # Fail with the operator's message before anything is sent, so poll() knows
+        # no server was requested.
+        self._secret()
+        body = {
+            "env": self.get_env(),
+            "user_options": self.user_options or {},
+            "api_token": self.api_token,
+            "user_id": self.user.id,
+            "hub_version": jupyterhub.__version__,
+            "start_timeout": int(self.start_timeout),
+        }
+        self._requested = True
+        try:
+            model = await self._client.start(self.user.name, self.name, body)
+        except ServiceError as err:
+            if err.status < 500:
+                # Refused outright: nothing exists, so poll() may say so without asking.
+                self._requested = False
+            raise
+        self._update_from_model(model)
+        self.log.info(
+            "spawnerd start requested %s pod=%s namespace=%s status=%s",
+            self._who,
+            self._remote_state.get("pod_name"),
+            self._remote_state.get("namespace"),
+            model.get("status"),
+        )
+        status = model.get("status")
+        if status == RUNNING and model.get("url"):
+            return model["url"]
+        if status in (STOPPED, ABSENT):
+            raise SpawnFailed(model.get("message") or "the server stopped before it was ready")
+        url = await self._follow_progress(events)
+        if url is None:
+            url = await self._poll_until_running(events)
+        await self._refresh_state()
+        self._url = url
+        return url
+
+    async def _follow_progress(self, events):
+        """_follow_progress relays the progress WebSocket; None means fall back to polling."""
+        try:
+            conn = await self._client.progress(self.user.name, self.name)
+        except TransportError as err:
+            self.log.warning("spawnerd progress stream unavailable, polling %s error=%s", self._who, err)
+            return None
+        try:
+            while True:
+                message = await conn.read_message()
+                if message is None:
+                    self.log.warning("spawnerd progress stream closed early, polling %s", self._who)
+                    return None
+                try:
+                    event = json.loads(message)
+                except ValueError:
+                    self.log.warning("spawnerd sent a non-JSON progress message %s", self._who)
+                    continue
+                if not isinstance(event, dict):
+                    continue
+                events.append(event)
+                if event.get("failed"):
+                    raise SpawnFailed(event.get("message") or "spawn failed")
+                if event.get("ready"):
+                    # Without a URL in the ready event, the status model has it.
+                    return event.get("url") or None
+        finally:
+            conn.close()
+
+    async def _poll_until_running(self, events):
+        """_poll_until_running GETs the status every poll_retry seconds until running or gone."""
+        last_message = None
+        while True:
+            try:
+                model = await self._client.status(self.user.name, self.name)
+            except AuthError:
+                raise
+            except (TransportError, ServiceError) as err:
+                if isinstance(err, ServiceError) and err.status < 500:
+                    raise
+                self.log.warning("spawnerd status check failed, retrying %s error=%s", self._who, err)
+                await asyncio.sleep(self.poll_retry)
+                continue
+            model = model or {"status": ABSENT}
+            self._update_from_model(model)
+            message = model.get("message")
+            if message and message != last_message:
+                last_message = message
+                events.append({"message": message})
+            status = model.get("status")
+            if status == RUNNING and model.get("url"):
+                return model["url"]
+            if status in (STOPPED, ABSENT):
+                raise SpawnFailed(message or "the server stopped before it was ready")
+            await asyncio.sleep(self.poll_retry)
+
+    async def _refresh_state(self):
+        # Best effort: the hub saves get_state() right after start() returns, and
+        # the final model may name things (e.g. the PVC) the first one did not.
+        try:
+            model = await self._client.status(self.user.name, self.name)
+        except (TransportError, ServiceError) as err:
+            self.log.warning("spawnerd state refresh failed %s error=%s", self._who, err)
+            return
+        if model:
+            self._update_from_model(model)
+
+    # --- poll ----------------------------------------------------------------
+
+    async def poll(self):
+        """poll maps spawnerd's status to the hub's: None while pending or running, else an exit code.
+
+        It never raises: at hub startup an exception would count as "dead" and
+        the hub would forget a running server.
+        """
+        if self._start_task is not None and not self._start_task.done():
+            return None
+        if not self._requested and "pod_name" not in self._remote_state:
+            return 0
+        try:
+            model = await self._client.status(self.user.name, self.name)
+        except (SecretError, AuthError) as err:
+            self.log.error("spawnerd poll refused %s error=%s", self._who, err)
+            return None
+        except (TransportError, ServiceError) as err:
+            self.log.warning("spawnerd poll failed %s error=%s", self._who, err)
+            return None
+        except Exception:
+            self.log.exception("spawnerd poll crashed %s", self._who)
+            return None
+        if model is None:
+            model = {"status": ABSENT}
+        status = model.get("status")
+        if status in (PENDING, RUNNING):
+            self._update_from_model(model)
+            return None
+        if status == STOPPED:
+            return _exit_code(model)
+        if status == ABSENT:
+            return 1 if self._remote_state.get("pod_name") else 0
+        self.log.warning("spawnerd reported an unknown status %s status=%s", self._who, status)
+        return None
+
+    # --- stop ----------------------------------------------------------------
+
+    async def stop(self, now=False):
+        """stop asks spawnerd to delete the server and returns once it is gone."""
+        self._cancel_start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_timeout
+        while True:
+            try:
+                code = await self._client.delete(self.user.name, self.name, now)
+                break
+            except (SecretError, AuthError):
+                raise
+            except (TransportError, ServiceError) as err:
+                retryable = isinstance(err, TransportError) or err.status >= 500
+                if not retryable or loop.time() + self.poll_retry > deadline:
+                    raise
+                self.log.warning("spawnerd stop failed, retrying %s error=%s", self._who, err)
+                await asyncio.sleep(self.poll_retry)
+        if code == 202:
+            await self._wait_gone(deadline)
+        self._url = None
+        self.log.info("spawnerd server stopped %s pod=%s", self._who, self._remote_state.get("pod_name"))
+
+    def _cancel_start(self):
+        # JupyterHub 3.x gives up on a slow start() without cancelling it; a
+        # start still following the progress stream must not outlive the stop.
+        task = self._start_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _wait_gone(self, deadline):
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                model = await self._client.status(self.user.name, self.name)
+                if model is None or model.get("status") in (STOPPED, ABSENT):
+                    return
+            except AuthError:
+                raise
+            except (TransportError, ServiceError) as err:
+                self.log.warning("spawnerd status check failed, retrying %s error=%s", self._who, err)
+            if loop.time() + self.poll_retry > deadline:
+                raise TimeoutError(
+                    f"spawnerd did not stop {self._log_name} within {self.stop_timeout:g} s"
+                )
+            await asyncio.sleep(self.poll_retry)
+
+    # --- progress, url, form -------------------------------------------------
+
+    async def progress(self):
+        """progress replays this spawn's events from the first, then follows new ones.
+
+        Events pass through as spawnerd sent them. It never raises.
+        """
+        events = self._events
+        try:
+            async for event in events.follow():
+                yield event
+        except Exception:
+            self.log.exception("spawnerd progress relay crashed %s", self._who)
+
+    async def get_url(self):
+        """get_url returns spawnerd's URL for the server, with the hub's prefix as the hub stores it."""
+        url = self._url
+        if url is None:
+            try:
+                model = await self._client.status(self.user.name, self.name)
+            except (SecretError, TransportError, ServiceError) as err:
+                self.log.warning("spawnerd url lookup failed %s error=%s", self._who, err)
+                model = None
+            if model:
+                self._update_from_model(model)
+                url = self._url
+        if url is None:
+            return self.server.url if self.server else None
+        if not self.server:
+            return url
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.netloc}{self.server.base_url}"
+
+    async def _render_options_form(self, spawner=None):
+        try:
+            profiles = await self._client.profiles(self.user.name)
+        except (SecretError, TransportError, ServiceError) as err:
+            self.log.error("spawnerd profile list failed %s error=%s", self._who, err)
+            raise web.HTTPError(503, "The spawner service did not return the server options.") from err
+        return form.render_form(profiles, self.user_options)

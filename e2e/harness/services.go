@@ -1,0 +1,172 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// BuildBinary builds a command of this module (e.g. "./cmd/spawnerd") into dir.
+func BuildBinary(repo, pkg, dir string) (string, error) {
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
+// Process is a service a test started; Stop ends it (and its children).
+type Process struct {
+	Name string
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+	once sync.Once
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// StartProcess runs a command with env added to this process's environment;
+// its output is kept for Log and shown when the test fails.
+func StartProcess(t testing.TB, name string, env []string, path string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &Process{Name: name, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() || os.Getenv("E2E_VERBOSE") != "" {
+			t.Logf("--- output of %s ---\n%s", name, p.Log())
+		}
+	})
+	return p
+}
+
+// Log is what the process printed so far.
+func (p *Process) Log() string { return p.log.String() }
+
+// Stop sends SIGTERM to the process group and SIGKILL after 10 s.
+func (p *Process) Stop() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+	})
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitHTTP waits until url answers with a status below 500.
+func WaitHTTP(t testing.TB, url string, p *Process) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, Timeout, true, func(ctx context.Context) (bool, error) {
+		if p != nil && p.Exited() {
+			return false, fmt.Errorf("%s exited:\n%s", p.Name, p.Log())
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode < 500, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", url, err)
+	}
+}
+
+// Proxy is a real configurable-http-proxy (Debian's node-configurable-http-proxy).
+type Proxy struct {
+	*Process
+	PublicURL, APIURL, Token string
+}
+
+// StartProxy starts configurable-http-proxy on free loopback ports.
+func StartProxy(t testing.TB) *Proxy {
+	t.Helper()
+	bin, err := exec.LookPath("configurable-http-proxy")
+	if err != nil {
+		t.Fatalf("configurable-http-proxy not installed (make deps): %v", err)
+	}
+	port, apiPort := FreePort(t), FreePort(t)
+	token := "proxy-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	p := StartProcess(t, "configurable-http-proxy",
+		[]string{"CONFIGPROXY_AUTH_TOKEN=" + token, "NODE_PATH=/usr/share/nodejs"},
+		bin, "--ip", "127.0.0.1", "--port", strconv.Itoa(port), "--api-ip", "127.0.0.1", "--api-port", strconv.Itoa(apiPort))
+	px := &Proxy{Process: p, PublicURL: fmt.Sprintf("http://127.0.0.1:%d", port), APIURL: fmt.Sprintf("http://127.0.0.1:%d", apiPort), Token: token}
+	WaitHTTP(t, px.APIURL+"/api/routes", p)
+	return px
+}
+
+// Token signs a hub token for user, as the hub-side spawner class does.
+func Token(t testing.TB, secret []byte, user string, admin bool) string {
+	t.Helper()
+	now := time.Now()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"iss": "jupyterhub", "aud": "spawnerd", "sub": user, "admin": admin,
+		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix(),
+	}).SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}

@@ -1,0 +1,372 @@
+// Package hubapi is the HTTP API the hub-side spawner class calls: start,
+// poll, stop and progress of a user's servers, the profile list, and the
+// admin views, behind HS256 JWT authentication.
+package hubapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/dsmlp/spawner/lifecycle"
+	"github.com/dsmlp/spawner/spawner"
+)
+
+// Servers runs and reports servers; *lifecycle.Manager implements it.
+type Servers interface {
+	Start(ctx context.Context, req spawner.Request) (*lifecycle.Server, error)
+	Server(key lifecycle.Key) *lifecycle.Server
+	ServerWithEvents(key lifecycle.Key, max int) *lifecycle.Server
+	Stop(ctx context.Context, key lifecycle.Key, now bool, wait time.Duration) (bool, error)
+	Progress(ctx context.Context, key lifecycle.Key, fn func(lifecycle.Event) error) error
+	List() []*lifecycle.Server
+}
+
+// Options configures the API.
+type Options struct {
+	Servers  Servers
+	Auth     *Authenticator
+	Profiles func() []spawner.Profile
+	// Ready reports whether the informer caches have synced (/readyz).
+	Ready func() bool
+	// StopWait bounds how long DELETE waits for the pod to go before answering 202.
+	StopWait time.Duration
+	// BodyLimit caps request bodies, e.g. "1M".
+	BodyLimit string
+	Logger    *zap.Logger
+	Registry  *prometheus.Registry
+}
+
+// New returns the HTTP handler with every route.
+func New(opts Options) *echo.Echo {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.StopWait == 0 {
+		opts.StopWait = 10 * time.Second
+	}
+	if opts.BodyLimit == "" {
+		opts.BodyLimit = "1M"
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	h := &handlers{opts: opts, log: opts.Logger}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(opts.Logger)
+	e.Use(middleware.Recover(), requestMetrics(opts.Registry), middleware.BodyLimit(opts.BodyLimit))
+
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	e.GET("/readyz", func(c echo.Context) error {
+		if opts.Ready != nil && !opts.Ready() {
+			return &apiError{status: http.StatusServiceUnavailable, msg: "informer caches not synced yet"}
+		}
+		return c.String(http.StatusOK, "ok")
+	})
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})))
+
+	api := e.Group("/api/v1", opts.Auth.middleware)
+	api.GET("/profiles", h.profiles)
+	for _, p := range []string{"/users/:user/server", "/users/:user/servers/:server"} {
+		api.POST(p, h.start)
+		api.GET(p, h.poll)
+		api.DELETE(p, h.stop)
+		api.GET(p+"/progress", h.progress)
+	}
+	admin := api.Group("/servers", requireAdmin)
+	admin.GET("", h.list)
+	admin.GET("/:user", h.adminServer)
+	admin.GET("/:user/:server", h.adminServer)
+	return e
+}
+
+type handlers struct {
+	opts Options
+	log  *zap.Logger
+}
+
+// StartRequest is the body of a start: what the hub's spawner knows.
+type StartRequest struct {
+	// Env is the hub's get_env() for this spawn.
+	Env map[string]string `json:"env"`
+	// UserOptions are the user's choices (profile and options).
+	UserOptions map[string]any `json:"user_options"`
+	// APIToken is the server's hub API token (also in Env as JUPYTERHUB_API_TOKEN).
+	APIToken     string `json:"api_token"`
+	UserID       int    `json:"user_id"`
+	HubVersion   string `json:"hub_version"`
+	StartTimeout int    `json:"start_timeout"`
+}
+
+// ProfilesResponse is the profile list for the hub's options form.
+type ProfilesResponse struct {
+	Profiles []spawner.Profile `json:"profiles"`
+}
+
+// ServerList is the admin list of servers.
+type ServerList struct {
+	Servers []*lifecycle.Server `json:"servers"`
+}
+
+// key reads user and server from the path and checks that the token is for that user.
+func (h *handlers) key(c echo.Context) (lifecycle.Key, error) {
+	user, err := pathParam(c, "user")
+	if err != nil {
+		return lifecycle.Key{}, err
+	}
+	server := ""
+	if strings.Contains(c.Path(), "/servers/:server") {
+		if server, err = pathParam(c, "server"); err != nil {
+			return lifecycle.Key{}, err
+		}
+		if server == "" {
+			return lifecycle.Key{}, &apiError{status: http.StatusBadRequest, msg: "server name must not be empty; use /server for the default server", field: "server"}
+		}
+	}
+	if user == "" {
+		return lifecycle.Key{}, &apiError{status: http.StatusBadRequest, msg: "user name must not be empty", field: "user"}
+	}
+	if cl := claimsOf(c); cl != nil && !cl.Admin && cl.Subject != user {
+		return lifecycle.Key{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("the token is for user %q, not %q", cl.Subject, user), field: "user"}
+	}
+	return lifecycle.Key{User: user, Server: server}, nil
+}
+
+// pathParam returns a path segment unescaped exactly once (echo matches on
+// the raw path when the request has one).
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", &apiError{status: http.StatusBadRequest, msg: "bad escape in path", field: name}
+	}
+	return u, nil
+}
+
+func (h *handlers) profiles(c echo.Context) error {
+	var ps []spawner.Profile
+	if h.opts.Profiles != nil {
+		ps = h.opts.Profiles()
+	}
+	if ps == nil {
+		ps = []spawner.Profile{}
+	}
+	return c.JSON(http.StatusOK, ProfilesResponse{Profiles: ps})
+}
+
+func (h *handlers) start(c echo.Context) error {
+	key, err := h.key(c)
+	if err != nil {
+		return err
+	}
+	var body StartRequest
+	if err := decodeStrict(c.Request().Body, &body); err != nil {
+		return err
+	}
+	env := body.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	if body.APIToken != "" && env["JUPYTERHUB_API_TOKEN"] == "" {
+		env["JUPYTERHUB_API_TOKEN"] = body.APIToken
+	}
+	srv, err := h.opts.Servers.Start(c.Request().Context(), spawner.Request{
+		User: key.User, Server: key.Server, UserID: body.UserID, Env: env, UserOptions: body.UserOptions,
+	})
+	if err != nil {
+		return err
+	}
+	status := http.StatusAccepted
+	if srv.Status == lifecycle.StatusRunning {
+		status = http.StatusOK
+	}
+	return c.JSON(status, srv)
+}
+
+// decodeStrict decodes JSON, refusing unknown fields and trailing data, with
+// errors that name the field.
+func decodeStrict(r io.Reader, v any) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			return he
+		}
+		return &apiError{status: http.StatusBadRequest, msg: "reading body: " + err.Error(), field: "body"}
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &te):
+			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s must be %s, not %s", te.Field, te.Type, te.Value), field: te.Field}
+		case errors.As(err, &se):
+			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se), field: "body"}
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return &apiError{status: http.StatusBadRequest, msg: "unknown field " + f, field: f}
+		}
+		return &apiError{status: http.StatusBadRequest, msg: "malformed JSON: " + err.Error(), field: "body"}
+	}
+	if dec.More() {
+		return &apiError{status: http.StatusBadRequest, msg: "trailing data after the JSON body", field: "body"}
+	}
+	return nil
+}
+
+func (h *handlers) poll(c echo.Context) error {
+	key, err := h.key(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, h.opts.Servers.Server(key))
+}
+
+func (h *handlers) stop(c echo.Context) error {
+	key, err := h.key(c)
+	if err != nil {
+		return err
+	}
+	now := false
+	if v := c.QueryParam("now"); v != "" {
+		if now, err = strconv.ParseBool(v); err != nil {
+			return &apiError{status: http.StatusBadRequest, msg: "now must be true or false", field: "now"}
+		}
+	}
+	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, now, h.opts.StopWait)
+	if err != nil {
+		return err
+	}
+	if !gone {
+		return c.JSON(http.StatusAccepted, h.opts.Servers.Server(key))
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+var upgrader = websocket.Upgrader{
+	// The hub's server process is the only client; it sends no Origin.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// progress streams the spawn's events over a WebSocket, replayed from the
+// first, ending with a ready or failed event.
+func (h *handlers) progress(c echo.Context) error {
+	key, err := h.key(c)
+	if err != nil {
+		return err
+	}
+	srv := h.opts.Servers.Server(key)
+	ws, err := upgrader.Upgrade(c.Response(), c.Request(), nil)
+	if err != nil {
+		return nil // the upgrader has answered already
+	}
+	defer ws.Close()
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	go func() { // notice a client that went away
+		for {
+			if _, _, err := ws.NextReader(); err != nil {
+				cancel()
+				return
+			}
+		}
+	}()
+	ping := time.NewTicker(20 * time.Second)
+	defer ping.Stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ping.C:
+				_ = ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(5*time.Second))
+			}
+		}
+	}()
+	send := func(e lifecycle.Event) error {
+		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		return ws.WriteJSON(e)
+	}
+	err = h.opts.Servers.Progress(ctx, key, send)
+	if errors.Is(err, lifecycle.ErrNotFound) {
+		// No spawn in this process's memory (e.g. after a restart): report what the cache says.
+		full := 100
+		switch {
+		case srv.Status == lifecycle.StatusRunning && srv.URL != nil:
+			err = send(lifecycle.Event{Progress: &full, Ready: true, URL: *srv.URL, Message: "Server ready at " + *srv.URL})
+		default:
+			err = send(lifecycle.Event{Progress: &full, Failed: true, Message: "no spawn in progress for this server (status " + srv.Status + ")"})
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		h.log.Info("progress stream ended", zap.String("user", key.User), zap.String("server", key.Server), zap.Error(err))
+	}
+	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	return nil
+}
+
+func (h *handlers) list(c echo.Context) error {
+	return c.JSON(http.StatusOK, ServerList{Servers: h.opts.Servers.List()})
+}
+
+func (h *handlers) adminServer(c echo.Context) error {
+	user, err := pathParam(c, "user")
+	if err != nil {
+		return err
+	}
+	server := ""
+	if c.ParamNames() != nil && len(c.ParamNames()) > 1 {
+		if server, err = pathParam(c, "server"); err != nil {
+			return err
+		}
+	}
+	srv := h.opts.Servers.ServerWithEvents(lifecycle.Key{User: user, Server: server}, 20)
+	if srv.Status == lifecycle.StatusAbsent {
+		return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no server %q for user %q", server, user), field: "server"}
+	}
+	return c.JSON(http.StatusOK, srv)
+}
+
+func requestMetrics(reg *prometheus.Registry) echo.MiddlewareFunc {
+	reqs := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "spawner_http_request_duration_seconds", Help: "API requests by route, method and status.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	}, []string{"route", "method", "code"})
+	reg.MustRegister(reqs)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			code := c.Response().Status
+			if err != nil {
+				code, _ = toStatus(err)
+			}
+			reqs.WithLabelValues(c.Path(), c.Request().Method, strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+			return err
+		}
+	}
+}

@@ -1,0 +1,469 @@
+// Package lifecycle carries out spawns and stops: it creates a server's
+// objects idempotently, follows the pod until it is ready (recording
+// KubeSpawner-style progress), and deletes it on stop.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+
+	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/spawner"
+)
+
+// Watcher is the informer cache the manager reads; *poll.Watcher implements it.
+type Watcher interface {
+	Status(namespace, pod string) poll.Status
+	Events(namespace, pod string) []*corev1.Event
+	Subscribe(namespace, pod string) (<-chan struct{}, func())
+	ExpectStop(namespace, pod string)
+	ForgetStop(namespace, pod string)
+	LastStop(namespace, pod string) (poll.StopInfo, bool)
+	Pods() []*corev1.Pod
+}
+
+// Sentinel errors; hubapi maps them to HTTP statuses.
+var (
+	// ErrConflict: the deterministic name is taken by an object that is not this server's.
+	ErrConflict = errors.New("name taken by another object")
+	// ErrQuota: the namespace's quota refuses the object.
+	ErrQuota = errors.New("quota exceeded")
+	// ErrNotFound: no such server.
+	ErrNotFound = errors.New("no such server")
+)
+
+// Key names a hub server.
+type Key struct{ User, Server string }
+
+// Manager runs spawns and stops. Create it with New.
+type Manager struct {
+	client  kubernetes.Interface
+	cfg     *spawner.Config
+	base    *spawner.Settings
+	watcher Watcher
+	log     *zap.Logger
+	clock   clock.WithTicker
+	metrics *Metrics
+
+	mu      sync.Mutex
+	spawns  map[Key]*spawn
+	located map[Key]podRef
+}
+
+type podRef struct{ namespace, name string }
+
+// spawn is one start in progress or just finished.
+type spawn struct {
+	key      Key
+	ref      podRef
+	uid      types.UID
+	settings *spawner.Settings
+	events   *eventLog
+	started  time.Time
+	cancel   context.CancelFunc
+
+	mu     sync.Mutex
+	done   bool
+	failed string
+	url    string
+}
+
+func (s *spawn) result() (done bool, url, failed string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done, s.url, s.failed
+}
+
+// Options are the manager's collaborators.
+type Options struct {
+	Logger  *zap.Logger
+	Clock   clock.WithTicker
+	Metrics *Metrics
+}
+
+// New returns a manager for the configuration, writing through client and
+// reading the watcher's cache.
+func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Options) (*Manager, error) {
+	base, err := cfg.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("resolving base settings: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &Manager{
+		client: client, cfg: cfg, base: base, watcher: w,
+		log: opts.Logger, clock: opts.Clock, metrics: opts.Metrics,
+		spawns: map[Key]*spawn{}, located: map[Key]podRef{},
+	}, nil
+}
+
+// Start begins a spawn and returns at once with the server's status; the
+// pod's progress continues in the background and ends in a ready or failed
+// event. Starting a server that is already starting or running adopts it.
+// Bad user options yield a *spawner.FieldError.
+func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, error) {
+	key := Key{req.User, req.Server}
+	objs, settings, err := spawner.Build(m.cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	ref := podRef{objs.Pod.Namespace, objs.Pod.Name}
+	log := m.log.With(zap.String("user", req.User), zap.String("server", req.Server),
+		zap.String("pod", ref.name), zap.String("namespace", ref.namespace))
+
+	m.mu.Lock()
+	if sp := m.spawns[key]; sp != nil {
+		if done, _, failed := sp.result(); !done || failed == "" && m.watcher.Status(ref.namespace, ref.name).State == poll.StateRunning {
+			m.mu.Unlock()
+			log.Info("start: already starting or running")
+			return m.Server(key), nil
+		}
+	}
+	m.located[key] = ref
+	m.mu.Unlock()
+
+	// A stopped pod of the same name (evicted, completed) would block the
+	// create: remove it first, as KubeSpawner does on a 409.
+	if st := m.watcher.Status(ref.namespace, ref.name); st.Pod != nil && (st.State == poll.StateStopped || st.Pod.DeletionTimestamp != nil) {
+		log.Info("start: removing the previous stopped pod")
+		m.watcher.ExpectStop(ref.namespace, ref.name)
+		if err := m.deletePodAndWait(ctx, ref, st.Pod.UID, 0, time.Duration(settings.StartTimeout)*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	m.watcher.ForgetStop(ref.namespace, ref.name)
+
+	uid, adopted, err := m.createObjects(ctx, objs, req, log)
+	if err != nil {
+		m.metrics.spawns.WithLabelValues("error").Inc()
+		return nil, err
+	}
+	spawnCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sp := &spawn{key: key, ref: ref, uid: uid, settings: settings, events: newEventLog(), started: m.clock.Now(), cancel: cancel}
+	m.mu.Lock()
+	if old := m.spawns[key]; old != nil {
+		old.cancel()
+	}
+	m.spawns[key] = sp
+	m.mu.Unlock()
+	if adopted {
+		log.Info("start: adopted the existing pod", zap.String("uid", string(uid)))
+	} else {
+		log.Info("start: pod created", zap.String("uid", string(uid)))
+	}
+	go m.follow(spawnCtx, sp, log)
+	return m.Server(key), nil
+}
+
+// createObjects creates the namespace, PVC, pod and service. Every create
+// treats AlreadyExists as "ours" when the object belongs to this server.
+func (m *Manager) createObjects(ctx context.Context, objs *spawner.Objects, req spawner.Request, log *zap.Logger) (types.UID, bool, error) {
+	core := m.client.CoreV1()
+	if objs.Namespace != nil {
+		if _, err := core.Namespaces().Create(ctx, objs.Namespace, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", false, fmt.Errorf("creating namespace %s: %w", objs.Namespace.Name, classify(err))
+		}
+	}
+	if objs.PVC != nil {
+		_, err := core.PersistentVolumeClaims(objs.PVC.Namespace).Create(ctx, objs.PVC, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", false, fmt.Errorf("creating PVC %s: %w", objs.PVC.Name, classify(err))
+		}
+		log.Info("start: PVC ensured", zap.String("pvc", objs.PVC.Name))
+	}
+	pod := objs.Pod
+	adopted := false
+	created, err := core.Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		existing, gerr := core.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return "", false, fmt.Errorf("reading existing pod %s: %w", pod.Name, gerr)
+		}
+		if existing.Annotations[poll.AnnotationUser] != req.User || existing.Annotations[poll.AnnotationServerName] != req.Server {
+			return "", false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, ErrConflict)
+		}
+		created, adopted, err = existing, true, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("creating pod %s: %w", pod.Name, classify(err))
+	}
+	if objs.Service != nil {
+		svc := objs.Service.DeepCopy()
+		svc.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Pod", Name: created.Name, UID: created.UID,
+			BlockOwnerDeletion: ptr.To(true), Controller: ptr.To(false),
+		}}
+		if _, err := core.Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", false, fmt.Errorf("creating service %s: %w", svc.Name, classify(err))
+		}
+	}
+	return created.UID, adopted, nil
+}
+
+// classify wraps API errors the hub should see as such.
+func classify(err error) error {
+	if apierrors.IsForbidden(err) && apierrors.ReasonForError(err) == metav1.StatusReasonForbidden {
+		if st, ok := err.(apierrors.APIStatus); ok && containsQuota(st.Status().Message) {
+			return fmt.Errorf("%w: %s", ErrQuota, st.Status().Message)
+		}
+	}
+	return err
+}
+
+func containsQuota(msg string) bool { return strings.Contains(msg, "exceeded quota") }
+
+// follow records the pod's events as progress and ends the spawn when the
+// pod is ready, when it stops, or at start_timeout (then it removes the pod).
+func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
+	changed, unsubscribe := m.watcher.Subscribe(sp.ref.namespace, sp.ref.name)
+	defer unsubscribe()
+	timeout := m.clock.NewTimer(time.Duration(sp.settings.StartTimeout) * time.Second)
+	defer timeout.Stop()
+	var slow <-chan time.Time
+	if sp.settings.SlowSpawnMessageThreshold > 0 {
+		t := m.clock.NewTicker(time.Duration(max(sp.settings.SlowSpawnMessageFrequency, 1)) * time.Second)
+		defer t.Stop()
+		slow = t.C()
+	}
+	seen := map[types.UID]bool{}
+	progress, sawPod := 0, false
+	for {
+		if sp.settings.EventsEnabled {
+			for _, ev := range m.watcher.Events(sp.ref.namespace, sp.ref.name) {
+				if seen[ev.UID] || (ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != sp.uid) {
+					continue
+				}
+				seen[ev.UID] = true
+				progress += (90 - progress) / 3
+				p := progress
+				sp.events.append(Event{Progress: &p, Message: eventMessage(ev), RawEvent: rawEvent(ev)})
+			}
+		}
+		st := m.watcher.Status(sp.ref.namespace, sp.ref.name)
+		if st.Pod != nil && st.Pod.UID == sp.uid {
+			sawPod = true
+		}
+		switch {
+		case st.State == poll.StateRunning && st.Pod.UID == sp.uid:
+			url := spawner.PodURL(st.Pod, sp.settings)
+			m.finish(sp, url, "")
+			elapsed := m.clock.Since(sp.started)
+			m.metrics.spawns.WithLabelValues("ready").Inc()
+			m.metrics.spawnSeconds.Observe(elapsed.Seconds())
+			log.Info("start: server ready", zap.String("url", url), zap.Duration("elapsed", elapsed))
+			return
+		case sawPod && st.State.Stopped():
+			why := "the pod stopped before it was ready"
+			if st.Stop != nil {
+				why = fmt.Sprintf("the pod stopped before it was ready (phase %s, reason %s: %s)", st.Stop.Phase, firstNonEmpty(st.Stop.Reason, st.Stop.ContainerReason), st.Stop.Message)
+			}
+			m.finish(sp, "", why)
+			m.metrics.spawns.WithLabelValues("failed").Inc()
+			log.Warn("start: failed", zap.String("why", why))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			m.finish(sp, "", "Spawn cancelled")
+			return
+		case <-changed:
+		case <-slow:
+			if waited := m.clock.Since(sp.started); waited >= time.Duration(sp.settings.SlowSpawnMessageThreshold)*time.Second {
+				sp.events.append(Event{Message: slowMessage(sp.settings.SlowSpawnMessage, waited)})
+			}
+		case <-timeout.C():
+			why := fmt.Sprintf("pod %s/%s did not become ready within %d seconds", sp.ref.namespace, sp.ref.name, sp.settings.StartTimeout)
+			if evs := m.watcher.Events(sp.ref.namespace, sp.ref.name); len(evs) > 0 {
+				why += "; last event: " + evs[len(evs)-1].Message
+			}
+			log.Warn("start: timed out; removing the pod", zap.String("why", why))
+			m.watcher.ExpectStop(sp.ref.namespace, sp.ref.name)
+			if err := m.deletePod(context.WithoutCancel(ctx), sp.ref, sp.uid, 0); err != nil {
+				log.Warn("start: removing the pod failed", zap.Error(err))
+			}
+			m.finish(sp, "", why)
+			m.metrics.spawns.WithLabelValues("timeout").Inc()
+			return
+		}
+	}
+}
+
+func (m *Manager) finish(sp *spawn, url, failed string) {
+	sp.mu.Lock()
+	if sp.done {
+		sp.mu.Unlock()
+		return
+	}
+	sp.done, sp.url, sp.failed = true, url, failed
+	sp.mu.Unlock()
+	full := 100
+	if failed != "" {
+		sp.events.append(Event{Progress: &full, Failed: true, Message: failed})
+		return
+	}
+	sp.events.append(Event{Progress: &full, Ready: true, URL: url, Message: "Server ready at " + url})
+}
+
+// Progress replays the current (or last) spawn's events to fn, then follows
+// it until it ends or ctx is done.
+func (m *Manager) Progress(ctx context.Context, key Key, fn func(Event) error) error {
+	m.mu.Lock()
+	sp := m.spawns[key]
+	m.mu.Unlock()
+	if sp == nil {
+		return ErrNotFound
+	}
+	return sp.events.follow(ctx, fn)
+}
+
+// Stop deletes the server's pod (grace 0 when now, else delete_grace_period)
+// and waits until it is gone. It reports false if the pod was still going
+// when wait ran out. Stopping an unknown server is not an error.
+func (m *Manager) Stop(ctx context.Context, key Key, now bool, wait time.Duration) (bool, error) {
+	m.mu.Lock()
+	sp := m.spawns[key]
+	m.mu.Unlock()
+	if sp != nil {
+		sp.cancel()
+	}
+	ref := m.locate(key)
+	log := m.log.With(zap.String("user", key.User), zap.String("server", key.Server), zap.String("pod", ref.name), zap.String("namespace", ref.namespace))
+	m.watcher.ExpectStop(ref.namespace, ref.name)
+	grace := m.base.DeleteGracePeriod
+	if now {
+		grace = 0
+	}
+	st := m.watcher.Status(ref.namespace, ref.name)
+	var uid types.UID
+	if st.Pod != nil {
+		uid = st.Pod.UID
+	}
+	if err := m.deletePod(ctx, ref, uid, grace); err != nil {
+		return false, err
+	}
+	m.metrics.stops.Inc()
+	err := m.waitGone(ctx, ref, wait)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Info("stop: pod still terminating")
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	log.Info("stop: pod gone")
+	return true, nil
+}
+
+func (m *Manager) deletePodAndWait(ctx context.Context, ref podRef, uid types.UID, grace int64, wait time.Duration) error {
+	if err := m.deletePod(ctx, ref, uid, grace); err != nil {
+		return err
+	}
+	if err := m.waitGone(ctx, ref, wait); err != nil {
+		return fmt.Errorf("waiting for pod %s/%s to go: %w", ref.namespace, ref.name, err)
+	}
+	return nil
+}
+
+func (m *Manager) deletePod(ctx context.Context, ref podRef, uid types.UID, grace int64) error {
+	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := m.client.CoreV1().Pods(ref.namespace).Delete(ctx, ref.name, opts)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return fmt.Errorf("deleting pod %s/%s: %w", ref.namespace, ref.name, err)
+}
+
+// waitGone waits, on the cache's change signal, until the pod is no longer there.
+func (m *Manager) waitGone(ctx context.Context, ref podRef, wait time.Duration) error {
+	changed, unsubscribe := m.watcher.Subscribe(ref.namespace, ref.name)
+	defer unsubscribe()
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		if m.watcher.Status(ref.namespace, ref.name).Pod == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// locate finds the pod of a server: from a spawn of this process, else from
+// the name templates with the base settings.
+func (m *Manager) locate(key Key) podRef {
+	m.mu.Lock()
+	ref, ok := m.located[key]
+	m.mu.Unlock()
+	if ok {
+		return ref
+	}
+	objs, _, err := spawner.Build(m.cfg, spawner.Request{User: key.User, Server: key.Server})
+	if err != nil {
+		return podRef{}
+	}
+	ref = podRef{objs.Pod.Namespace, objs.Pod.Name}
+	m.mu.Lock()
+	m.located[key] = ref
+	m.mu.Unlock()
+	return ref
+}
+
+func eventMessage(ev *corev1.Event) string {
+	ts := ev.LastTimestamp.Time
+	if ts.IsZero() {
+		ts = ev.EventTime.Time
+	}
+	if ts.IsZero() {
+		ts = ev.CreationTimestamp.Time
+	}
+	return fmt.Sprintf("%s [%s] %s", ts.UTC().Format(time.RFC3339), ev.Type, ev.Message)
+}
+
+func rawEvent(ev *corev1.Event) map[string]any {
+	return map[string]any{
+		"reason": ev.Reason, "type": ev.Type, "message": ev.Message,
+		"source":         ev.Source.Component,
+		"reportingComponent": ev.ReportingController,
+		"involvedObject": map[string]string{"kind": ev.InvolvedObject.Kind, "name": ev.InvolvedObject.Name, "namespace": ev.InvolvedObject.Namespace},
+	}
+}
+
+func slowMessage(tmpl string, waited time.Duration) string {
+	return strings.ReplaceAll(tmpl, "{seconds}", strconv.Itoa(int(waited.Seconds())))
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
