@@ -9,6 +9,7 @@ cache="${SPAWNER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jhub-spawner-tools
 k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/etcd-$ETCD_VERSION"
 kwok_dir="$cache/kwok-$KWOK_VERSION"
+helm_dir="$cache/helm-$HELM_VERSION"
 log() { echo "tools: $*" >&2; }
 
 if [[ ! -x "$k8s_dir/kubectl" ]]; then
@@ -33,6 +34,21 @@ if [[ ! -x "$kwok_dir/kwok" ]]; then
   GOBIN="$kwok_dir.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   rm -rf "$kwok_dir" && mv "$kwok_dir.tmp" "$kwok_dir"
 fi
+if [[ ! -x "$helm_dir/helm" ]]; then
+  log "building helm $HELM_VERSION (first time: ~5 min)"
+  pinned="$(cd "$root/tools/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+  if [[ "$pinned" != "$HELM_VERSION" ]]; then
+    log "tools/helm/go.mod requires helm $pinned, hack/versions.env says $HELM_VERSION"; exit 1
+  fi
+  # helm reports the Kubernetes version of the client-go it was built with as its default capabilities.
+  kube="$(cd "$root/tools/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)"
+  kube_minor="${kube#v0.}"; kube_minor="${kube_minor%%.*}"
+  mkdir -p "$helm_dir.tmp"
+  (cd "$root/tools/helm" && go build -trimpath -o "$helm_dir.tmp/helm" \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kube_minor -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kube_minor" \
+    helm.sh/helm/v3/cmd/helm)
+  rm -rf "$helm_dir" && mv "$helm_dir.tmp" "$helm_dir"
+fi
 mkdir -p "$cache/bin"
-for f in "$k8s_dir"/* "$etcd_dir/etcd" "$kwok_dir/kwok"; do ln -sf "$f" "$cache/bin/$(basename "$f")"; done
+for f in "$k8s_dir"/* "$etcd_dir/etcd" "$kwok_dir/kwok" "$helm_dir/helm"; do ln -sf "$f" "$cache/bin/$(basename "$f")"; done
 echo "$cache/bin"

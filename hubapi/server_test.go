@@ -107,16 +107,19 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 	cases := map[string]string{
 		"missing":            "",
 		"forged (other key)": sign(t, jwt.SigningMethodHS256, []byte("another-secret-of-enough-length"), goodClaims("alice")),
-		"expired":            sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["iat"] = time.Now().Add(-3 * time.Minute).Unix(); c["exp"] = time.Now().Add(-time.Minute).Unix() })),
-		"alg none":           noneToken,
-		"HS512 not pinned":   sign(t, jwt.SigningMethodHS512, secret, goodClaims("alice")),
-		"wrong audience":     sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["aud"] = "someone-else" })),
-		"wrong issuer":       sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["iss"] = "mallory" })),
-		"no exp":             sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "exp") })),
-		"no iat":             sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "iat") })),
-		"lifetime > 5 min":   sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(10 * time.Minute).Unix() })),
-		"no subject":         sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "sub") })),
-		"garbage":            "not.a.jwt",
+		"expired": sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) {
+			c["iat"] = time.Now().Add(-3 * time.Minute).Unix()
+			c["exp"] = time.Now().Add(-time.Minute).Unix()
+		})),
+		"alg none":         noneToken,
+		"HS512 not pinned": sign(t, jwt.SigningMethodHS512, secret, goodClaims("alice")),
+		"wrong audience":   sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["aud"] = "someone-else" })),
+		"wrong issuer":     sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["iss"] = "mallory" })),
+		"no exp":           sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "exp") })),
+		"no iat":           sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "iat") })),
+		"lifetime > 5 min": sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(10 * time.Minute).Unix() })),
+		"no subject":       sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "sub") })),
+		"garbage":          "not.a.jwt",
 	}
 	for name, tok := range cases {
 		t.Run(name, func(t *testing.T) {

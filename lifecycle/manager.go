@@ -449,9 +449,9 @@ func eventMessage(ev *corev1.Event) string {
 func rawEvent(ev *corev1.Event) map[string]any {
 	return map[string]any{
 		"reason": ev.Reason, "type": ev.Type, "message": ev.Message,
-		"source":         ev.Source.Component,
+		"source":             ev.Source.Component,
 		"reportingComponent": ev.ReportingController,
-		"involvedObject": map[string]string{"kind": ev.InvolvedObject.Kind, "name": ev.InvolvedObject.Name, "namespace": ev.InvolvedObject.Namespace},
+		"involvedObject":     map[string]string{"kind": ev.InvolvedObject.Kind, "name": ev.InvolvedObject.Name, "namespace": ev.InvolvedObject.Namespace},
 	}
 }
 
