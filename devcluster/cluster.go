@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -343,9 +344,16 @@ func (c *Cluster) startAgent() error {
 	if err != nil {
 		return fmt.Errorf("devcluster: runtime client: %w", err)
 	}
+	labels := map[string]string{LabelLocalRuntime: "true"}
+	var extra corev1.ResourceList
+	if n := c.opts.Nodes.LocalRuntimeGPUs; n > 0 {
+		labels[LabelGPUClass] = c.opts.Nodes.LocalRuntimeGPUClass
+		extra = corev1.ResourceList{ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+	}
 	agent, err := localnode.New(client, localnode.Options{
 		NodeName:   LocalRuntimeNode,
-		NodeLabels: map[string]string{LabelLocalRuntime: "true"},
+		NodeLabels: labels,
+		Extra:      extra,
 		Taint:      &corev1.Taint{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 		StateDir:   filepath.Join(c.opts.Dir, "pods"),
 		Logger:     c.log.Named("local-runtime"),

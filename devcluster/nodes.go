@@ -38,6 +38,10 @@ type NodeConfig struct {
 	NodeSets []NodeSet `json:"nodeSets"`
 	// LocalRuntime adds the node whose pods run as local processes. Default true.
 	LocalRuntime *bool `json:"localRuntime,omitempty"`
+	// LocalRuntimeGPUs and LocalRuntimeGPUClass give the local-runtime node
+	// simulated GPUs, so that a GPU profile can reach a real notebook.
+	LocalRuntimeGPUs     int    `json:"localRuntimeGPUs,omitempty"`
+	LocalRuntimeGPUClass string `json:"localRuntimeGPUClass,omitempty"`
 }
 
 // NodeSet describes Count identical nodes named <Name>-<i>.
@@ -107,6 +111,9 @@ func ParseNodeConfig(data []byte) (*NodeConfig, error) {
 		if ns.GPUs > 0 && ns.GPUClass == "" {
 			return nil, fmt.Errorf("%s.gpuClass: required when gpus is set", path)
 		}
+	}
+	if cfg.LocalRuntimeGPUs > 0 && cfg.LocalRuntimeGPUClass == "" {
+		return nil, fmt.Errorf("localRuntimeGPUClass: required when localRuntimeGPUs is set")
 	}
 	return &cfg, nil
 }

@@ -62,7 +62,7 @@ func errorHandler(log *zap.Logger) echo.HTTPErrorHandler {
 		}
 		status, body := toStatus(err)
 		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err)}
-		if status >= 500 {
+		if status >= 500 && status != http.StatusServiceUnavailable {
 			log.Error("request failed", fields...)
 		} else {
 			log.Info("request refused", fields...)

@@ -42,7 +42,9 @@ type Options struct {
 	// CPU, Memory and Pods are the node's capacity. Defaults 8, 16Gi, 110.
 	CPU, Memory string
 	Pods        int
-	Logger      *zap.Logger
+	// Extra is added to the capacity (e.g. simulated nvidia.com/gpu).
+	Extra  corev1.ResourceList
+	Logger *zap.Logger
 }
 
 // Agent runs the pods bound to one node.
@@ -270,6 +272,9 @@ func (a *Agent) registerNode(ctx context.Context) error {
 		corev1.ResourceCPU:    resource.MustParse(a.opts.CPU),
 		corev1.ResourceMemory: resource.MustParse(a.opts.Memory),
 		corev1.ResourcePods:   *resource.NewQuantity(int64(a.opts.Pods), resource.DecimalSI),
+	}
+	for k, v := range a.opts.Extra {
+		capacity[k] = v
 	}
 	labels := map[string]string{
 		"kubernetes.io/hostname": a.opts.NodeName,

@@ -85,9 +85,10 @@ func setup(t *testing.T, startTimeout int) *fixture {
 	proxy := harness.StartProxy(t)
 	api := env.StartSpawnerd(t, bin, harness.SpawnerdOptions{
 		Config: fmt.Sprintf(configTemplate, ns, startTimeout),
-		// No hub here: the service falls back to removing the proxy route itself.
-		Args: []string{"--proxy-api-url", proxy.APIURL},
-		Env:  []string{"CONFIGPROXY_AUTH_TOKEN=" + proxy.Token},
+		// The hub cannot be reached here (nothing listens on its port), so the
+		// service falls back to removing the proxy route itself.
+		Args: []string{"--proxy-api-url", proxy.APIURL, "--hub-api-url", fmt.Sprintf("http://127.0.0.1:%d/hub/api", harness.FreePort(t))},
+		Env:  []string{"CONFIGPROXY_AUTH_TOKEN=" + proxy.Token, "SPAWNERD_HUB_TOKEN=unused"},
 	})
 	return &fixture{ns: ns, proxy: proxy, api: api}
 }
@@ -384,7 +385,7 @@ func TestBadInputIsRefusedAndCreatesNothing(t *testing.T) {
 		wantField string
 	}{
 		"malformed JSON":          {[]byte(`{"env": {`), 400, "body"},
-		"wrong type":              {[]byte(`{"env": {"A": 1}}`), 400, "env.A"},
+		"wrong type":              {[]byte(`{"env": {"A": 1}}`), 400, "env"},
 		"unknown field":           {[]byte(`{"envv": {}}`), 400, "envv"},
 		"oversized body":          {[]byte(`{"env": {"A": "` + strings.Repeat("x", 2<<20) + `"}}`), 413, "body"},
 		"unknown profile":         {startBody("gina", "", map[string]any{"profile": "nope"}), 400, "user_options.profile"},

@@ -1,0 +1,248 @@
+// Command spawnerd is the spawner service JupyterHub calls over HTTP.
+//
+//	spawnerd serve  --config FILE [flags]     # the HTTP service
+//	spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]...
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/dsmlp/spawner/hubapi"
+	"github.com/dsmlp/spawner/hubclient"
+	"github.com/dsmlp/spawner/lifecycle"
+	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/spawner"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "render":
+		err = render(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "spawnerd:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: spawnerd serve --config FILE [flags] | spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]...")
+	os.Exit(2)
+}
+
+type optionFlags map[string]any
+
+func (o optionFlags) String() string { return fmt.Sprint(map[string]any(o)) }
+func (o optionFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("--option wants KEY=VALUE, got %q", v)
+	}
+	o[k] = val
+	return nil
+}
+
+func render(args []string) error {
+	fs := flag.NewFlagSet("render", flag.ExitOnError)
+	configPath := fs.String("config", "", "spawner configuration file (KubeSpawner trait names)")
+	user := fs.String("user", "", "hub user name")
+	server := fs.String("server", "", "server name (empty: the default server)")
+	profile := fs.String("profile", "", "profile slug")
+	opts := optionFlags{}
+	fs.Var(opts, "option", "profile option KEY=VALUE (repeatable)")
+	_ = fs.Parse(args)
+	if *configPath == "" || *user == "" {
+		return errors.New("render needs --config and --user")
+	}
+	cfg, err := spawner.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	userOptions := map[string]any{}
+	for k, v := range opts {
+		userOptions[k] = v
+	}
+	if *profile != "" {
+		userOptions["profile"] = *profile
+	}
+	out, err := spawner.Render(cfg, spawner.Request{User: *user, Server: *server, UserOptions: userOptions})
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(out)
+	return err
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	configPath := fs.String("config", "", "spawner configuration file (KubeSpawner trait names)")
+	listen := fs.String("listen", "127.0.0.1:8090", "address of the HTTP API")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig (empty: in-cluster config)")
+	secretFile := fs.String("shared-secret-file", "", "file with the secret the hub signs its tokens with (else $SPAWNERD_SHARED_SECRET)")
+	issuer := fs.String("token-issuer", "jupyterhub", "required iss claim of the hub's tokens (empty: any)")
+	hubAPI := fs.String("hub-api-url", "", "the hub's REST API, e.g. http://127.0.0.1:8081/hub/api, told when a server stops on its own")
+	hubTokenFile := fs.String("hub-token-file", "", "file with the hub service token (admin:servers) (else $SPAWNERD_HUB_TOKEN)")
+	proxyAPI := fs.String("proxy-api-url", "", "configurable-http-proxy's REST API, e.g. http://127.0.0.1:8001; used only when the hub cannot be reached")
+	proxyTokenFile := fs.String("proxy-token-file", "", "file with the proxy's auth token (else $CONFIGPROXY_AUTH_TOKEN)")
+	baseURL := fs.String("hub-base-url", "/", "the hub's base_url, for proxy route paths")
+	stopWait := fs.Duration("stop-wait", 10*time.Second, "how long DELETE waits for the pod to go before answering 202")
+	debug := fs.Bool("debug", false, "debug logging")
+	_ = fs.Parse(args)
+	if *configPath == "" {
+		return errors.New("serve needs --config")
+	}
+
+	zcfg := zap.NewProductionConfig()
+	if *debug {
+		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
+	}
+	log, err := zcfg.Build()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
+
+	cfg, err := spawner.Load(*configPath)
+	if err != nil {
+		return err
+	}
+	base, err := cfg.Resolve(nil)
+	if err != nil {
+		return err
+	}
+	secret, err := hubapi.ReadSecret(*secretFile, "SPAWNERD_SHARED_SECRET")
+	if err != nil {
+		return err
+	}
+	auth, err := hubapi.NewAuthenticator(secret, *issuer, nil)
+	if err != nil {
+		return err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = 200, 400
+	restCfg.UserAgent = "spawnerd"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+
+	notifier, err := newNotifier(*hubAPI, *hubTokenFile, *proxyAPI, *proxyTokenFile, *baseURL, log)
+	if err != nil {
+		return err
+	}
+	watchNS := base.Namespace
+	if base.EnableUserNamespaces {
+		watchNS = ""
+	}
+	watcherOpts := poll.Options{
+		Namespace:         watchNS,
+		LabelSelector:     "component=" + base.ComponentLabel,
+		DeleteStoppedPods: base.DeleteStoppedPods,
+		Logger:            log.Named("poll"),
+	}
+	if notifier != nil {
+		watcherOpts.Notifier = notifier
+	}
+	watcher, err := poll.New(client, watcherOpts)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	manager, err := lifecycle.New(client, cfg, watcher, lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)})
+	if err != nil {
+		return err
+	}
+	api := hubapi.New(hubapi.Options{
+		Servers: manager, Auth: auth, Profiles: cfg.Profiles, Ready: watcher.HasSynced,
+		StopWait: *stopWait, Logger: log.Named("hubapi"), Registry: reg,
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- watcher.Run(ctx) }()
+	srv := &http.Server{Addr: *listen, Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ListenAndServe() }()
+	log.Info("serving", zap.String("listen", *listen), zap.String("namespace", watchNS), zap.Bool("hub_notify", *hubAPI != ""))
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("http server: %w", err)
+	case err := <-watchErr:
+		if err != nil {
+			return fmt.Errorf("watcher: %w", err)
+		}
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}
+
+func newNotifier(hubAPI, hubTokenFile, proxyAPI, proxyTokenFile, baseURL string, log *zap.Logger) (*hubclient.Notifier, error) {
+	if hubAPI == "" && proxyAPI == "" {
+		return nil, nil
+	}
+	httpClient := &http.Client{Timeout: 10 * time.Second}
+	n := &hubclient.Notifier{BaseURL: baseURL, Logger: log.Named("hubclient")}
+	if hubAPI != "" {
+		token, err := readToken(hubTokenFile, "SPAWNERD_HUB_TOKEN")
+		if err != nil {
+			return nil, fmt.Errorf("hub token: %w", err)
+		}
+		n.Hub = hubclient.NewHub(hubAPI, token, httpClient)
+	}
+	if proxyAPI != "" {
+		token, err := readToken(proxyTokenFile, "CONFIGPROXY_AUTH_TOKEN")
+		if err != nil {
+			return nil, fmt.Errorf("proxy token: %w", err)
+		}
+		n.Proxy = hubclient.NewProxy(proxyAPI, token, httpClient)
+	}
+	return n, nil
+}
+
+func readToken(file, env string) (string, error) {
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	if v := os.Getenv(env); v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("set a token file or $%s", env)
+}
