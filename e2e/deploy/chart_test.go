@@ -197,7 +197,7 @@ func TestChartRender(t *testing.T) {
 			},
 		},
 		{
-			name:  "generated secret values",
+			name: "generated secret values",
 			check: func(t *testing.T, m manifest) {
 				s := get[corev1.Secret](t, m, "Secret", release)
 				if len(s.Data["shared-secret"]) < 32 || len(s.Data["hub-token"]) < 32 || bytes.Equal(s.Data["shared-secret"], s.Data["hub-token"]) {
