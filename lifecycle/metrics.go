@@ -1,6 +1,10 @@
 package lifecycle
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the spawn and stop counters the service exports.
 type Metrics struct {
@@ -28,3 +32,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// CountRequests returns a client-go transport wrapper that counts Kubernetes
+// API requests by HTTP method, so that API writes per spawn can be measured.
+func CountRequests(reg prometheus.Registerer) func(http.RoundTripper) http.RoundTripper {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spawner_kube_api_requests_total", Help: "Kubernetes API requests by HTTP method (POST, PUT, PATCH, DELETE are writes).",
+	}, []string{"method"})
+	reg.MustRegister(requests)
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			requests.WithLabelValues(req.Method).Inc()
+			return rt.RoundTrip(req)
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -150,6 +150,9 @@ func serve(args []string) error {
 	}
 	restCfg.QPS, restCfg.Burst = 200, 400
 	restCfg.UserAgent = "spawnerd"
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	restCfg.WrapTransport = lifecycle.CountRequests(reg)
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
@@ -176,8 +179,6 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	manager, err := lifecycle.New(client, cfg, watcher, lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)})
 	if err != nil {
 		return err
