@@ -36,7 +36,7 @@ test-unit: ## Unit tests (no cluster).
 
 .PHONY: test-python
 test-python: ## The hub-side spawner class's unit tests.
-	cd deploy/python && /usr/bin/python3 -m unittest discover -s tests -t .
+	/usr/bin/python3 -m unittest discover -s deploy/python/tests
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests against the dev cluster (and the real hub and proxy).

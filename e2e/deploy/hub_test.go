@@ -242,9 +242,12 @@ json.dump(result, sys.stdout)
 
 func runHubConfig(t *testing.T, snippets map[string]string) hubConfig {
 	t.Helper()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 runs the hub's extraConfig: %v", err)
+	// Debian's python3 is the one with jupyterhub (make deps), as for the Python tests.
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		if python, err = exec.LookPath("python3"); err != nil {
+			t.Fatalf("python3 runs the hub's extraConfig: %v", err)
+		}
 	}
 	in, err := json.Marshal(snippets)
 	if err != nil {

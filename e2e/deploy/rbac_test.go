@@ -1,11 +1,16 @@
 package deploy_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dsmlp/spawner/e2e/harness"
 )
 
 // access is one `kubectl auth can-i` question: verb on resource in ns
@@ -176,5 +181,18 @@ func TestLeastPrivilege(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// waitForRBAC waits until the authorizer's caches hold the chart's bindings,
+// so that a refusal means "not granted" rather than "not yet".
+func waitForRBAC(t *testing.T, ns string) {
+	t.Helper()
+	first := access{"get", "pods", ns, true}
+	err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(context.Context) (bool, error) {
+		return canI(t, ns, first), nil
+	})
+	if err != nil {
+		t.Fatalf("the service account never got %s: %v", first, err)
 	}
 }

@@ -114,19 +114,6 @@ func names(pvcs []corev1.PersistentVolumeClaim) []string {
 	return out
 }
 
-// waitForRBAC waits until the authorizer's caches hold the chart's bindings,
-// so that a refusal means "not granted" rather than "not yet".
-func waitForRBAC(t *testing.T, ns string) {
-	t.Helper()
-	first := access{"get", "pods", ns, true}
-	err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(context.Context) (bool, error) {
-		return canI(t, ns, first), nil
-	})
-	if err != nil {
-		t.Fatalf("the service account never got %s: %v", first, err)
-	}
-}
-
 // chartSpawnerd is spawnerd started from the chart's Deployment.
 type chartSpawnerd struct {
 	url    string
