@@ -1,0 +1,148 @@
+package poll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// size returns the number of kept events and orphans.
+func (e *eventCache) size() (kept, orphans int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.kept), len(e.orphans)
+}
+
+func createEvent(t *testing.T, client *fake.Clientset, ev *corev1.Event) {
+	t.Helper()
+	if _, err := client.CoreV1().Events(ev.Namespace).Create(context.Background(), ev, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating event %s: %v", ev.Name, err)
+	}
+}
+
+func eventNames(evs []*corev1.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Name
+	}
+	return out
+}
+
+func TestEventsKeptOnlyForNotebookPods(t *testing.T) {
+	base := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+	pod := newPod("jupyter-alice").obj()
+	client := fake.NewClientset(pod,
+		// In the initial LIST: one of ours, one of an unrelated pod.
+		podEvent("listed", pod.Name, "Scheduled", base),
+		podEvent("spark-exec", "spark-exec-1", "Pulled", base),
+	)
+	w := startWatcher(t, client, Options{})
+	waitFor(t, "listed event", func() bool { return len(w.Events(testNS, pod.Name)) == 1 })
+
+	// Watched events, out of time order.
+	createEvent(t, client, podEvent("started", pod.Name, "Started", base.Add(3*time.Second)))
+	createEvent(t, client, podEvent("pulled", pod.Name, "Pulled", base.Add(time.Second)))
+	createEvent(t, client, podEvent("other", "spark-exec-2", "Pulled", base))
+	// Not about a pod at all.
+	nodeEv := podEvent("node", "n1", "NodeReady", base)
+	nodeEv.InvolvedObject.Kind = "Node"
+	createEvent(t, client, nodeEv)
+
+	waitFor(t, "watched events", func() bool { return len(w.Events(testNS, pod.Name)) == 3 })
+	got := eventNames(w.Events(testNS, pod.Name))
+	want := []string{"listed", "pulled", "started"}
+	if len(got) != len(want) {
+		t.Fatalf("events = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("events = %v, want %v (oldest first)", got, want)
+		}
+	}
+	if evs := w.Events(testNS, "spark-exec-1"); len(evs) != 0 {
+		t.Errorf("events of an unrelated pod kept: %v", eventNames(evs))
+	}
+	kept, _ := w.events.size()
+	if kept != 3 {
+		t.Errorf("kept events = %d, want 3", kept)
+	}
+
+	// Deleting an event removes it.
+	if err := client.CoreV1().Events(testNS).Delete(context.Background(), "pulled", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "event deleted", func() bool { return len(w.Events(testNS, pod.Name)) == 2 })
+}
+
+func TestEventsOrphansAdoptedWhenPodAppears(t *testing.T) {
+	client := fake.NewClientset()
+	w := startWatcher(t, client, Options{})
+	// The event watch can deliver a pod's first event before the pod watch
+	// delivers the pod.
+	createEvent(t, client, podEvent("early", "jupyter-bob", "Scheduled", time.Now()))
+	waitFor(t, "orphan buffered", func() bool { _, o := w.events.size(); return o == 1 })
+	if len(w.Events(testNS, "jupyter-bob")) != 0 {
+		t.Fatal("event of an unknown pod served")
+	}
+	createPod(t, client, newPod("jupyter-bob").obj())
+	waitFor(t, "orphan adopted", func() bool { return len(w.Events(testNS, "jupyter-bob")) == 1 })
+	if kept, orphans := w.events.size(); kept != 1 || orphans != 0 {
+		t.Errorf("kept, orphans = %d, %d; want 1, 0", kept, orphans)
+	}
+}
+
+func TestEventsForgetStopKeepsEventsOfComingPod(t *testing.T) {
+	client := fake.NewClientset()
+	w := startWatcher(t, client, Options{})
+	w.ForgetStop(testNS, "jupyter-carol") // a spawn begins
+	createEvent(t, client, podEvent("e1", "jupyter-carol", "Scheduled", time.Now()))
+	waitFor(t, "event kept", func() bool { return len(w.Events(testNS, "jupyter-carol")) == 1 })
+}
+
+func TestEventCacheOrphansBounded(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC))
+	e := newEventCache(func(cache.ObjectName) bool { return false }, func(cache.ObjectName) {}, clk)
+	e.maxOrphans = 10
+	for i := range 100 {
+		ev := podEvent(fmt.Sprintf("e%d", i), "unrelated", "Pulled", clk.Now())
+		if err := e.Add(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept, orphans := e.size(); kept != 0 || orphans != 10 {
+		t.Fatalf("kept, orphans = %d, %d; want 0, 10", kept, orphans)
+	}
+	clk.SetTime(clk.Now().Add(e.orphanTTL))
+	e.sweep()
+	if _, orphans := e.size(); orphans != 0 {
+		t.Errorf("orphans after TTL = %d, want 0", orphans)
+	}
+}
+
+func TestEventCacheTrimsEvents(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	e := newEventCache(func(cache.ObjectName) bool { return true }, func(cache.ObjectName) {}, clk)
+	ev := podEvent("e", "jupyter-alice", "Scheduled", clk.Now())
+	ev.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-scheduler", Operation: metav1.ManagedFieldsOperationUpdate}}
+	ev.Annotations = map[string]string{"big": "x"}
+	if err := e.Add(ev); err != nil {
+		t.Fatal(err)
+	}
+	got := e.eventsOf(cache.NewObjectName(testNS, "jupyter-alice"))
+	if len(got) != 1 {
+		t.Fatalf("events = %d", len(got))
+	}
+	if got[0].ManagedFields != nil || got[0].Annotations != nil {
+		t.Errorf("event not trimmed: %+v", got[0].ObjectMeta)
+	}
+	if got[0].Reason != "Scheduled" || got[0].Message != ev.Message || !got[0].LastTimestamp.Equal(&ev.LastTimestamp) {
+		t.Errorf("trimmed event lost fields: %+v", got[0])
+	}
+}

@@ -1,0 +1,88 @@
+package poll
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+func mustTrim(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	obj, err := trimPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj.(*corev1.Pod)
+}
+
+func TestTrimPodDropsBulk(t *testing.T) {
+	pod := realisticPod(7)
+	pod.Annotations[lastAppliedAnnotation] = `{"apiVersion":"v1","kind":"Pod"}`
+	got := mustTrim(t, pod)
+
+	if got.ManagedFields != nil {
+		t.Error("managedFields kept")
+	}
+	if _, ok := got.Annotations[lastAppliedAnnotation]; ok {
+		t.Error("last-applied-configuration kept")
+	}
+	c := got.Spec.Containers[0]
+	if c.Env != nil || c.VolumeMounts != nil || c.Lifecycle != nil || got.Spec.Volumes != nil ||
+		got.Spec.InitContainers != nil || got.Spec.Affinity != nil || got.Spec.Tolerations != nil {
+		t.Errorf("bulky spec kept: %+v", got.Spec)
+	}
+	if got.Status.InitContainerStatuses != nil || got.Status.ContainerStatuses[0].ImageID != "" {
+		t.Error("bulky status kept")
+	}
+	if len(got.Status.Conditions) != 2 { // Ready and PodScheduled of the five
+		t.Errorf("conditions = %v, want Ready and PodScheduled", got.Status.Conditions)
+	}
+	// What the service reads survives.
+	if got.Name != pod.Name || got.Namespace != pod.Namespace || got.UID != pod.UID || got.ResourceVersion != pod.ResourceVersion ||
+		got.Spec.NodeName != pod.Spec.NodeName || got.Status.PodIP != pod.Status.PodIP ||
+		!reflect.DeepEqual(c.Ports, pod.Spec.Containers[0].Ports) || c.Image != pod.Spec.Containers[0].Image ||
+		!reflect.DeepEqual(got.Labels, pod.Labels) || got.Annotations[AnnotationUser] != "user00007" {
+		t.Errorf("trimmed pod lost fields:\n%+v", got)
+	}
+	if pod.ManagedFields == nil {
+		t.Error("transform modified its input")
+	}
+}
+
+func TestTrimPodKeepsClassification(t *testing.T) {
+	pods := []*corev1.Pod{
+		realisticPod(1),
+		newPod("evicted").running(true).phase(corev1.PodFailed).reason("Evicted", evictedMessage).obj(),
+		newPod("oom").running(false).terminated(137, "OOMKilled", time.Now()).obj(),
+		newPod("pending").obj(),
+		newPod("notready").running(false).obj(),
+		newPod("stopping").running(true).deleting().obj(),
+	}
+	for _, pod := range pods {
+		wantState, wantInfo := classify(pod)
+		trimmed := mustTrim(t, pod)
+		gotState, gotInfo := classify(trimmed)
+		if gotState != wantState || !reflect.DeepEqual(gotInfo, wantInfo) {
+			t.Errorf("%s: classify after trim = %q %+v, before = %q %+v", pod.Name, gotState, gotInfo, wantState, wantInfo)
+		}
+		if serverRefOf(trimmed) != serverRefOf(pod) {
+			t.Errorf("%s: serverRefOf changed by trim", pod.Name)
+		}
+		if again := mustTrim(t, trimmed); !reflect.DeepEqual(again, trimmed) {
+			t.Errorf("%s: trimPod is not idempotent", pod.Name)
+		}
+	}
+}
+
+func TestTrimPassesTombstones(t *testing.T) {
+	d := cache.DeletedFinalStateUnknown{Key: "ns/p"}
+	if got, _ := trimPod(d); got != d {
+		t.Errorf("trimPod(tombstone) = %v", got)
+	}
+	if got, _ := trimEvent(d); got != d {
+		t.Errorf("trimEvent(tombstone) = %v", got)
+	}
+}

@@ -1,0 +1,640 @@
+// Package poll watches notebook pods and their events, decides when a server
+// has stopped, and reacts to a stop at once: it deletes the pod and tells the
+// hub.
+package poll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// DefaultLabelSelector selects KubeSpawner's notebook pods (component_label).
+const DefaultLabelSelector = "component=singleuser-server"
+
+// DefaultWorkers is the number of workers when Options.Workers is 0.
+const DefaultWorkers = 4
+
+const (
+	// eventFieldSelector is KubeSpawner's EventReflector selector.
+	eventFieldSelector = "involvedObject.kind=Pod"
+	// stopRetention bounds how long LastStop, ExpectStop and finished stop
+	// records are kept for a pod that is gone.
+	stopRetention = 24 * time.Hour
+	// maxLastStops bounds the LastStop map; the oldest entry goes first.
+	maxLastStops  = 20000
+	sweepInterval = time.Minute
+)
+
+// Notifier is told when a server stopped on its own, i.e. not through
+// Watcher.ExpectStop. hubclient.Notifier implements it.
+type Notifier interface {
+	ServerStopped(ctx context.Context, s ServerRef, why StopInfo) error
+}
+
+// Options configures a Watcher.
+type Options struct {
+	// Namespace to watch; "" watches all namespaces (enable_user_namespaces).
+	Namespace string
+	// LabelSelector selects notebook pods. Defaults to DefaultLabelSelector.
+	LabelSelector string
+	// DeleteStoppedPods is KubeSpawner's delete_stopped_pods: delete a pod
+	// once it is stopped. The service's configuration defaults it to true.
+	DeleteStoppedPods bool
+	// Workers is the number of stop-reaction workers. Defaults to DefaultWorkers.
+	Workers int
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+	// Notifier is told about servers that stopped on their own; may be nil.
+	Notifier Notifier
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
+}
+
+// Watcher keeps informer caches of notebook pods and their events, answers
+// status questions from them, and runs the stop reaction.
+type Watcher struct {
+	client  kubernetes.Interface
+	opts    Options
+	log     *zap.Logger
+	clock   clock.PassiveClock
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	lister  corelisters.PodLister
+	// podsSynced reports that the pod handler has seen the first LIST;
+	// benchmarks that fill the store by hand replace it.
+	podsSynced func() bool
+	events     *eventCache
+	eventsRf   *cache.Reflector
+	queue      workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	started    atomic.Bool
+
+	mu      sync.Mutex
+	records map[types.UID]*stopRecord
+	gone    map[cache.ObjectName]map[types.UID]gonePod
+	last    map[cache.ObjectName]lastStop
+	expect  map[cache.ObjectName]time.Time
+
+	subMu sync.Mutex
+	subs  map[cache.ObjectName]map[*subscriber]struct{}
+}
+
+// stopRecord is the reaction's progress for one stopped pod UID.
+type stopRecord struct {
+	key      cache.ObjectName
+	ref      ServerRef
+	info     StopInfo
+	deleted  bool // the pod is deleted or gone
+	notified bool // the Notifier was told, or need not be
+	at       time.Time
+}
+
+type gonePod struct {
+	pod *corev1.Pod // last known state
+	at  time.Time
+}
+
+type lastStop struct {
+	info StopInfo
+	at   time.Time
+}
+
+type subscriber struct{ ch chan struct{} }
+
+// New returns a Watcher; call Run to start it.
+func New(client kubernetes.Interface, opts Options) (*Watcher, error) {
+	if client == nil {
+		return nil, errors.New("poll: nil client")
+	}
+	if opts.LabelSelector == "" {
+		opts.LabelSelector = DefaultLabelSelector
+	}
+	if _, err := labels.Parse(opts.LabelSelector); err != nil {
+		return nil, fmt.Errorf("parsing label selector %q: %w", opts.LabelSelector, err)
+	}
+	if opts.Workers < 0 {
+		return nil, fmt.Errorf("workers must not be negative, got %d", opts.Workers)
+	}
+	if opts.Workers == 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	w := &Watcher{
+		client:  client,
+		opts:    opts,
+		log:     opts.Logger,
+		clock:   opts.Clock,
+		records: map[types.UID]*stopRecord{},
+		gone:    map[cache.ObjectName]map[types.UID]gonePod{},
+		last:    map[cache.ObjectName]lastStop{},
+		expect:  map[cache.ObjectName]time.Time{},
+		subs:    map[cache.ObjectName]map[*subscriber]struct{}{},
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](200*time.Millisecond, 2*time.Minute),
+			// Overall retry speed, as workqueue.DefaultTypedControllerRateLimiter.
+			&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+		)),
+	}
+
+	w.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(opts.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = opts.LabelSelector }),
+		informers.WithTransform(trimPod),
+	)
+	podInformer := w.factory.Core().V1().Pods()
+	w.pods = podInformer.Informer()
+	w.lister = podInformer.Lister()
+	reg, err := w.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.podAdded,
+		UpdateFunc: w.podUpdated,
+		DeleteFunc: w.podDeleted,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding pod event handler: %w", err)
+	}
+	w.podsSynced = reg.HasSynced
+
+	w.events = newEventCache(func(k cache.ObjectName) bool { _, ok := w.cachedPod(k); return ok }, w.signal, w.clock)
+	ns := opts.Namespace
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = eventFieldSelector
+			return client.CoreV1().Events(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = eventFieldSelector
+			return client.CoreV1().Events(ns).Watch(ctx, o)
+		},
+	}
+	w.eventsRf = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&corev1.Event{}, w.events, cache.ReflectorOptions{Name: "poll-events"})
+	return w, nil
+}
+
+// Run starts the informers and workers and blocks until ctx is done. The
+// event watch starts once the pod cache has synced, so its first LIST can
+// tell which events belong to notebook pods.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("poll: Run called twice")
+	}
+	defer w.queue.ShutDown()
+	w.factory.Start(ctx.Done())
+	defer w.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), w.podsSynced) {
+		return fmt.Errorf("waiting for the pod cache to sync: %w", context.Cause(ctx))
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { w.eventsRf.RunWithContext(ctx) })
+	for range w.opts.Workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, w.runWorker, time.Second) })
+	}
+	wg.Go(func() { wait.UntilWithContext(ctx, func(context.Context) { w.sweep() }, sweepInterval) })
+	w.log.Info("pod watcher started", zap.String("namespace", w.opts.Namespace),
+		zap.String("selector", w.opts.LabelSelector), zap.Int("workers", w.opts.Workers))
+	<-ctx.Done()
+	w.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// HasSynced reports whether both the pod and the event caches hold a full
+// LIST; /readyz reports it.
+func (w *Watcher) HasSynced() bool {
+	return w.podsSynced() && w.events.hasSynced()
+}
+
+// Status answers from the cache only. Until the pod cache has synced every
+// pod reads pending: answering "absent" then would make the hub drop live
+// servers (the KubeSpawner 5.0 regression, kubespawner.md §3.6).
+func (w *Watcher) Status(namespace, pod string) Status {
+	if !w.podsSynced() {
+		return Status{State: StatePending}
+	}
+	key := cache.NewObjectName(namespace, pod)
+	p, ok := w.cachedPod(key)
+	if !ok {
+		st := Status{State: StateAbsent, ExitCode: defaultExitCode}
+		if info, ok := w.LastStop(namespace, pod); ok {
+			st.ExitCode = info.ExitCode
+			st.Stop = &info
+		}
+		return st
+	}
+	state, info := classify(p)
+	st := Status{State: state, Pod: p}
+	if state != StateStopped {
+		return st
+	}
+	w.mu.Lock()
+	if rec, ok := w.records[p.UID]; ok && rec.key == key {
+		cp := rec.info
+		info = &cp
+	}
+	w.mu.Unlock()
+	if info.At.IsZero() {
+		info.At = w.clock.Now()
+	}
+	st.ExitCode = info.ExitCode
+	st.Stop = info
+	return st
+}
+
+// Pods returns all cached pods. They are shared cache objects, trimmed by
+// trimPod: never modify them.
+func (w *Watcher) Pods() []*corev1.Pod {
+	pods, err := w.lister.List(labels.Everything())
+	if err != nil {
+		// The lister only fails on a bad selector.
+		return nil
+	}
+	return pods
+}
+
+// Events returns the cached events of a pod, oldest first. They are shared
+// cache objects: never modify them.
+func (w *Watcher) Events(namespace, pod string) []*corev1.Event {
+	return w.events.eventsOf(cache.NewObjectName(namespace, pod))
+}
+
+// LastStop says why the latest pod of that name stopped. It is kept after the
+// pod is gone, for stopRetention, until ForgetStop.
+func (w *Watcher) LastStop(namespace, pod string) (StopInfo, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, ok := w.last[cache.NewObjectName(namespace, pod)]
+	return l.info, ok
+}
+
+// Subscribe returns a channel that is signalled on every change to the pod
+// or its events, or its LastStop. Signals do not block and coalesce: a
+// receiver re-reads Status and Events after each. The channel is never
+// closed; call cancel when done.
+func (w *Watcher) Subscribe(namespace, pod string) (<-chan struct{}, func()) {
+	key := cache.NewObjectName(namespace, pod)
+	s := &subscriber{ch: make(chan struct{}, 1)}
+	w.subMu.Lock()
+	m := w.subs[key]
+	if m == nil {
+		m = map[*subscriber]struct{}{}
+		w.subs[key] = m
+	}
+	m[s] = struct{}{}
+	w.subMu.Unlock()
+	var once sync.Once
+	return s.ch, func() {
+		once.Do(func() {
+			w.subMu.Lock()
+			defer w.subMu.Unlock()
+			delete(w.subs[key], s)
+			if len(w.subs[key]) == 0 {
+				delete(w.subs, key)
+			}
+		})
+	}
+}
+
+// ExpectStop tells the watcher that the service itself is stopping that pod,
+// so its stop is not reported to the Notifier.
+func (w *Watcher) ExpectStop(namespace, pod string) {
+	key := cache.NewObjectName(namespace, pod)
+	w.mu.Lock()
+	w.expect[key] = w.clock.Now()
+	w.mu.Unlock()
+}
+
+// ForgetStop is called when a new spawn of that pod begins: it clears
+// LastStop and ExpectStop, and drops any pending report about an earlier pod
+// of that name, which would otherwise stop the new server.
+func (w *Watcher) ForgetStop(namespace, pod string) {
+	key := cache.NewObjectName(namespace, pod)
+	w.mu.Lock()
+	delete(w.last, key)
+	delete(w.expect, key)
+	for _, rec := range w.records {
+		if rec.key == key {
+			rec.notified = true
+		}
+	}
+	w.mu.Unlock()
+	// Keep the new pod's events even if they beat the pod into the cache.
+	w.events.remember(key)
+	w.signal(key)
+}
+
+// cachedPod reads the pod cache.
+func (w *Watcher) cachedPod(key cache.ObjectName) (*corev1.Pod, bool) {
+	obj, exists, err := w.pods.GetIndexer().GetByKey(key.String())
+	if err != nil || !exists {
+		return nil, false
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
+}
+
+func (w *Watcher) signal(key cache.ObjectName) {
+	w.subMu.Lock()
+	defer w.subMu.Unlock()
+	for s := range w.subs[key] {
+		select {
+		case s.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (w *Watcher) podAdded(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := cache.MetaObjectToName(pod)
+	w.events.podAdded(key)
+	w.queue.Add(key)
+	w.signal(key)
+}
+
+func (w *Watcher) podUpdated(oldObj, newObj any) {
+	oldPod, ok1 := oldObj.(*corev1.Pod)
+	newPod, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 || oldPod.ResourceVersion == newPod.ResourceVersion {
+		return
+	}
+	key := cache.MetaObjectToName(newPod)
+	w.queue.Add(key)
+	w.signal(key)
+}
+
+// podDeleted records the pod's last state: once it is gone from the cache,
+// the worker has nothing else to learn the user and server from.
+func (w *Watcher) podDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := cache.MetaObjectToName(pod)
+	w.mu.Lock()
+	m := w.gone[key]
+	if m == nil {
+		m = map[types.UID]gonePod{}
+		w.gone[key] = m
+	}
+	m[pod.UID] = gonePod{pod: pod, at: w.clock.Now()}
+	w.mu.Unlock()
+	w.events.remember(key)
+	w.queue.Add(key)
+	w.signal(key)
+}
+
+func (w *Watcher) runWorker(ctx context.Context) {
+	for w.processNextItem(ctx) {
+	}
+}
+
+func (w *Watcher) processNextItem(ctx context.Context) bool {
+	key, shutdown := w.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer w.queue.Done(key)
+	if err := w.sync(ctx, key); err != nil {
+		w.log.Warn("stop reaction failed, will retry", zap.String("pod", key.Name),
+			zap.String("namespace", key.Namespace), zap.Int("retries", w.queue.NumRequeues(key)), zap.Error(err))
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	return true
+}
+
+// sync converges one pod name: every pod of that name that went away is
+// reported, and the pod now cached is deleted and reported if it is stopped.
+// It reads the cache each time, so repeated or missed events converge.
+func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
+	var errs []error
+	w.mu.Lock()
+	var gone []gonePod
+	for _, g := range w.gone[key] {
+		gone = append(gone, g)
+	}
+	w.mu.Unlock()
+	for _, g := range gone {
+		if err := w.reactGone(ctx, key, g); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	pod, ok := w.cachedPod(key)
+	if !ok {
+		return errors.Join(errs...)
+	}
+	if state, info := classify(pod); state == StateStopped {
+		if err := w.reactStopped(ctx, key, pod, info); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *corev1.Pod, info *StopInfo) error {
+	rec := w.recordStop(key, pod.UID, serverRefOf(pod), *info, false)
+	var delErr error
+	w.mu.Lock()
+	deleted := rec.deleted
+	w.mu.Unlock()
+	if w.opts.DeleteStoppedPods && !deleted {
+		if delErr = w.deletePod(ctx, pod); delErr == nil {
+			w.mu.Lock()
+			rec.deleted = true
+			w.mu.Unlock()
+		}
+	}
+	// The hub is told even if the delete failed (it is retried): the hub
+	// sees the stop through poll either way and should not wait for RBAC
+	// or API trouble to be fixed.
+	return errors.Join(delErr, w.notify(ctx, pod.UID))
+}
+
+func (w *Watcher) reactGone(ctx context.Context, key cache.ObjectName, g gonePod) error {
+	info := deletedStopInfo(g.pod)
+	if info.At.IsZero() {
+		info.At = g.at
+	}
+	w.recordStop(key, g.pod.UID, serverRefOf(g.pod), *info, true)
+	if err := w.notify(ctx, g.pod.UID); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	delete(w.gone[key], g.pod.UID)
+	if len(w.gone[key]) == 0 {
+		delete(w.gone, key)
+	}
+	delete(w.records, g.pod.UID)
+	w.mu.Unlock()
+	return nil
+}
+
+// recordStop returns the stop record of a pod UID, creating it (and logging
+// the stop once) on first sight. gone marks the pod object as deleted.
+func (w *Watcher) recordStop(key cache.ObjectName, uid types.UID, ref ServerRef, info StopInfo, gone bool) *stopRecord {
+	now := w.clock.Now()
+	w.mu.Lock()
+	rec, ok := w.records[uid]
+	changed := !ok
+	if !ok {
+		if info.At.IsZero() {
+			info.At = now
+		}
+		rec = &stopRecord{key: key, ref: ref, info: info, at: now}
+		w.records[uid] = rec
+	}
+	if gone && !rec.info.PodDeleted {
+		rec.info.PodDeleted = true
+		changed = true
+	}
+	if gone {
+		rec.deleted = true
+	}
+	if changed {
+		w.setLastLocked(key, rec.info, now)
+	}
+	logged := rec.info
+	w.mu.Unlock()
+	if !ok {
+		w.log.Info("server stopped",
+			zap.String("user", ref.User), zap.String("server", ref.Server),
+			zap.String("pod", ref.Pod), zap.String("namespace", ref.Namespace),
+			zap.String("phase", logged.Phase), zap.String("reason", logged.Reason),
+			zap.String("message", logged.Message), zap.String("container_reason", logged.ContainerReason),
+			zap.Int("exit_code", logged.ExitCode), zap.Bool("pod_deleted", logged.PodDeleted),
+			zap.String("uid", string(uid)))
+	}
+	if changed {
+		w.signal(key)
+	}
+	return rec
+}
+
+func (w *Watcher) setLastLocked(key cache.ObjectName, info StopInfo, now time.Time) {
+	if _, ok := w.last[key]; !ok && len(w.last) >= maxLastStops {
+		var oldest cache.ObjectName
+		var oldestAt time.Time
+		for k, l := range w.last {
+			if oldestAt.IsZero() || l.at.Before(oldestAt) {
+				oldest, oldestAt = k, l.at
+			}
+		}
+		delete(w.last, oldest)
+	}
+	w.last[key] = lastStop{info: info, at: now}
+}
+
+// deletePod deletes a stopped pod at once. The UID precondition makes sure a
+// new pod of the same name is never deleted.
+func (w *Watcher) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	err := w.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		// UID precondition failed: that name now belongs to another pod, ours is gone.
+		return nil
+	default:
+		return fmt.Errorf("deleting stopped pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+}
+
+// notify tells the Notifier about a stop once per pod UID.
+func (w *Watcher) notify(ctx context.Context, uid types.UID) error {
+	w.mu.Lock()
+	rec, ok := w.records[uid]
+	if !ok || rec.notified {
+		w.mu.Unlock()
+		return nil
+	}
+	_, expected := w.expect[rec.key]
+	ref, info := rec.ref, rec.info
+	w.mu.Unlock()
+
+	skip := expected || w.opts.Notifier == nil
+	if !skip {
+		// A newer pod of that name means the server was spawned again;
+		// reporting the old stop would stop the new server.
+		if cur, ok := w.cachedPod(rec.key); ok && cur.UID != uid {
+			skip = true
+		}
+	}
+	if !skip && ref.User == "" {
+		w.log.Warn("stopped pod names no hub user, not telling the hub",
+			zap.String("pod", ref.Pod), zap.String("namespace", ref.Namespace))
+		skip = true
+	}
+	if !skip {
+		if err := w.opts.Notifier.ServerStopped(ctx, ref, info); err != nil {
+			return fmt.Errorf("telling the hub that %s/%s stopped: %w", ref.User, ref.Server, err)
+		}
+	}
+	w.mu.Lock()
+	rec.notified = true
+	w.mu.Unlock()
+	return nil
+}
+
+// sweep expires what is kept for pods that are gone.
+func (w *Watcher) sweep() {
+	w.events.sweep()
+	now := w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, l := range w.last {
+		if now.Sub(l.at) >= stopRetention {
+			delete(w.last, k)
+		}
+	}
+	for k, t := range w.expect {
+		if now.Sub(t) >= stopRetention {
+			delete(w.expect, k)
+		}
+	}
+	for uid, rec := range w.records {
+		if _, pending := w.gone[rec.key][uid]; pending || now.Sub(rec.at) < stopRetention {
+			continue
+		}
+		if cur, ok := w.cachedPod(rec.key); ok && cur.UID == uid {
+			continue
+		}
+		delete(w.records, uid)
+	}
+}
