@@ -344,6 +344,15 @@ func (c *Cluster) startAgent() error {
 	if err != nil {
 		return fmt.Errorf("devcluster: runtime client: %w", err)
 	}
+	// The agent logs to its own file beside the other components' logs.
+	logCfg := zap.NewProductionConfig()
+	logCfg.OutputPaths = []string{filepath.Join(c.opts.Dir, "logs", "local-runtime.log")}
+	logCfg.ErrorOutputPaths = logCfg.OutputPaths
+	logCfg.Sampling = nil
+	runtimeLog, err := logCfg.Build()
+	if err != nil {
+		return fmt.Errorf("devcluster: runtime log: %w", err)
+	}
 	labels := map[string]string{LabelLocalRuntime: "true"}
 	var extra corev1.ResourceList
 	if n := c.opts.Nodes.LocalRuntimeGPUs; n > 0 {
@@ -356,7 +365,7 @@ func (c *Cluster) startAgent() error {
 		Extra:      extra,
 		Taint:      &corev1.Taint{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 		StateDir:   filepath.Join(c.opts.Dir, "pods"),
-		Logger:     c.log.Named("local-runtime"),
+		Logger:     runtimeLog,
 	})
 	if err != nil {
 		return fmt.Errorf("devcluster: %w", err)
@@ -365,6 +374,7 @@ func (c *Cluster) startAgent() error {
 	c.agent, c.agentStop, c.agentDone = agent, cancel, make(chan struct{})
 	go func() {
 		defer close(c.agentDone)
+		defer func() { _ = runtimeLog.Sync() }()
 		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
 			c.log.Error("local runtime stopped", zap.Error(err))
 		}

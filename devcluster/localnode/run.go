@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -446,7 +447,10 @@ func (r *podRun) writeStatus(ctx context.Context) {
 	status := r.statusLocked()
 	r.mu.Unlock()
 	pods := r.a.client.CoreV1().Pods(r.pod.Namespace)
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	// Retry every failure but NotFound: right after binding, the node
+	// authorizer may not yet know the pod belongs to this node (403).
+	backoff := wait.Backoff{Steps: 12, Duration: 50 * time.Millisecond, Factor: 2, Cap: 5 * time.Second}
+	err := retry.OnError(backoff, func(err error) bool { return !apierrors.IsNotFound(err) }, func() error {
 		cur, err := pods.Get(ctx, r.pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
