@@ -42,9 +42,10 @@ test-python: ## The hub-side spawner class's unit tests.
 test-e2e: tools ## End-to-end tests against the dev cluster (and the real hub and proxy).
 	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -timeout 40m ./e2e/...
 
+# -p 1: one package, hence one dev cluster, at a time, so that no benchmark shares the CPUs with another's cluster.
 .PHONY: bench
 bench: tools ## Benchmarks (numbers for the closing notes).
-	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck.

@@ -158,8 +158,12 @@ func TestStoppedPodsNeedNoHubRestart(t *testing.T) {
 		{"oomkilled", func(ctx context.Context, ns, pod string) error {
 			return harness.TerminateContainer(ctx, env.Client, ns, pod, "notebook", 137, "OOMKilled")
 		}},
-		{"succeeded", func(ctx context.Context, ns, pod string) error { return harness.MarkSucceeded(ctx, env.Client, ns, pod) }},
-		{"deleted", func(ctx context.Context, ns, pod string) error { return harness.DeletePodOutOfBand(ctx, env.Client, ns, pod) }},
+		{"succeeded", func(ctx context.Context, ns, pod string) error {
+			return harness.MarkSucceeded(ctx, env.Client, ns, pod)
+		}},
+		{"deleted", func(ctx context.Context, ns, pod string) error {
+			return harness.DeletePodOutOfBand(ctx, env.Client, ns, pod)
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

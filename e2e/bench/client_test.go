@@ -1,0 +1,308 @@
+package bench_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/dsmlp/spawner/e2e/harness"
+)
+
+// apiClient calls spawnerd's API as the hub-side spawner class does, from
+// many goroutines at once: every request carries an HS256 token for its user,
+// over kept-alive loopback connections.
+type apiClient struct {
+	base   string
+	secret []byte
+	http   *http.Client
+}
+
+func newAPIClient(api *harness.Spawnerd, conns int) *apiClient {
+	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute}
+	return &apiClient{base: api.URL, secret: api.Secret, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// token signs what the hub-side class signs (harness.Token, without a testing.TB).
+func (c *apiClient) token(user string) (string, error) {
+	now := time.Now()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"iss": "jupyterhub", "aud": "spawnerd", "sub": user, "admin": false,
+		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix(),
+	}).SignedString(c.secret)
+	if err != nil {
+		return "", fmt.Errorf("signing a token for %s: %w", user, err)
+	}
+	return tok, nil
+}
+
+// do sends one request and returns the status and body of the answer.
+func (c *apiClient) do(ctx context.Context, method, path, token string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+	}
+	return resp.StatusCode, data, nil
+}
+
+// start asks for a user's default server with the body the hub sends.
+func (c *apiClient) start(ctx context.Context, user string) error {
+	tok, err := c.token(user)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(startBody(user))
+	if err != nil {
+		return err
+	}
+	code, data, err := c.do(ctx, http.MethodPost, harness.ServerPath(user, ""), tok, body)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusAccepted && code != http.StatusOK {
+		return fmt.Errorf("start %s: status %d: %s", user, code, data)
+	}
+	return nil
+}
+
+// server polls a user's default server.
+func (c *apiClient) server(ctx context.Context, user string) (harness.ServerModel, error) {
+	var m harness.ServerModel
+	tok, err := c.token(user)
+	if err != nil {
+		return m, err
+	}
+	code, data, err := c.do(ctx, http.MethodGet, harness.ServerPath(user, ""), tok, nil)
+	if err != nil {
+		return m, err
+	}
+	if code != http.StatusOK {
+		return m, fmt.Errorf("poll %s: status %d: %s", user, code, data)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("poll %s: decoding %q: %w", user, data, err)
+	}
+	return m, nil
+}
+
+// awaitRunning polls the users' servers until every one reports running and
+// returns when each was first seen so. Only users whose pod the benchmark
+// already saw Running (ready) are polled, as spawnerd cannot report running
+// before that: the wait adds no pointless load to the service it measures.
+func (c *apiClient) awaitRunning(ctx context.Context, users []string, ready func(i int) bool, pollers int, timeout time.Duration) ([]time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	seen := make([]time.Time, len(users))
+	pending := make([]int, len(users))
+	for i := range users {
+		pending[i] = i
+	}
+	var mu sync.Mutex
+	for pass := 0; len(pending) > 0; pass++ {
+		var due []int
+		for _, i := range pending {
+			if ready(i) {
+				due = append(due, i)
+			}
+		}
+		err := parallel(ctx, len(due), pollers, func(ctx context.Context, k int) error {
+			i := due[k]
+			m, err := c.server(ctx, users[i])
+			if err != nil {
+				return err
+			}
+			if m.Status == "running" {
+				if m.URL == nil {
+					return fmt.Errorf("server of %s is running without a URL: %+v", users[i], m)
+				}
+				mu.Lock()
+				seen[i] = time.Now()
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		left := pending[:0]
+		for _, i := range pending {
+			if seen[i].IsZero() {
+				left = append(left, i)
+			}
+		}
+		pending = left
+		if len(pending) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%d of %d servers not running after %d polling passes: %w", len(pending), len(users), pass+1, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return seen, nil
+}
+
+// startBody is what the hub-side spawner class posts: get_env() and the token.
+func startBody(user string) map[string]any {
+	return map[string]any{
+		"env":          hubEnv(user),
+		"user_options": nil,
+		"api_token":    "tok-" + user,
+	}
+}
+
+func hubEnv(user string) map[string]string {
+	return map[string]string{
+		"JUPYTERHUB_API_TOKEN":      "tok-" + user,
+		"JUPYTERHUB_USER":           user,
+		"JUPYTERHUB_SERVER_NAME":    "",
+		"JUPYTERHUB_SERVICE_PREFIX": "/user/" + user + "/",
+		"JUPYTERHUB_API_URL":        "http://127.0.0.1:8081/hub/api",
+	}
+}
+
+// parallel runs fn for 0 ≤ i < n on at most workers goroutines and returns
+// the first error; after an error the rest are not started.
+func parallel(ctx context.Context, n, workers int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = context.Cause(ctx)
+	}
+	return first
+}
+
+// metrics is one scrape of a Prometheus text endpoint: series (name and
+// labels as printed, e.g. `x_total{method="POST"}`) → value.
+type metrics map[string]float64
+
+func scrape(ctx context.Context, url string) (metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s/metrics: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s/metrics: status %d", url, resp.StatusCode)
+	}
+	m := metrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("scraping %s/metrics: bad line %q", url, line)
+		}
+		m[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("scraping %s/metrics: %w", url, err)
+	}
+	return m, nil
+}
+
+// delta is after minus before for one series.
+func delta(before, after metrics, series string) float64 { return after[series] - before[series] }
+
+// apiRequests is the delta of spawner_kube_api_requests_total by method.
+func apiRequests(before, after metrics) map[string]float64 {
+	const name = "spawner_kube_api_requests_total{method=\""
+	out := map[string]float64{}
+	for k := range after {
+		if method, ok := strings.CutPrefix(k, name); ok {
+			out[strings.TrimSuffix(method, "\"}")] = delta(before, after, k)
+		}
+	}
+	return out
+}
+
+// writes sums the write methods of apiRequests.
+func writes(req map[string]float64) float64 {
+	return req[http.MethodPost] + req[http.MethodPut] + req[http.MethodPatch] + req[http.MethodDelete]
+}
+
+// reads sums every other method (GET covers LIST and WATCH).
+func reads(req map[string]float64) float64 {
+	var n float64
+	for method, v := range req {
+		switch method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		default:
+			n += v
+		}
+	}
+	return n
+}
+
+// mean is the delta of a summary's or histogram's _sum over its _count.
+func mean(before, after metrics, name, labels string) time.Duration {
+	n := delta(before, after, name+"_count"+labels)
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(delta(before, after, name+"_sum"+labels) / n * float64(time.Second))
+}

@@ -1,0 +1,145 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/dsmlp/spawner/e2e/harness"
+)
+
+// podClock records, from a watch of one namespace, when the benchmark first
+// saw each pod Running and ready, and gone.
+type podClock struct {
+	mu      sync.Mutex
+	running map[string]time.Time
+	gone    map[string]time.Time
+}
+
+// watchPods starts the watch and returns once its first LIST is in; it ends with ctx.
+func watchPods(ctx context.Context, client kubernetes.Interface, ns string) (*podClock, error) {
+	c := &podClock{running: map[string]time.Time{}, gone: map[string]time.Time{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	inf := factory.Core().V1().Pods().Informer()
+	seen := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.running[pod.Name]; !ok && harness.PodRunning(pod) {
+			c.running[pod.Name] = now
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    seen,
+		UpdateFunc: func(_, obj any) { seen(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				now := time.Now()
+				c.mu.Lock()
+				c.gone[pod.Name] = now
+				c.mu.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching pods of %s: %w", ns, err)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, fmt.Errorf("watching pods of %s: cache never synced", ns)
+	}
+	return c, nil
+}
+
+func (c *podClock) runningAt(pod string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.running[pod]
+	return t, ok
+}
+
+// count returns how many of pods have a time in which (one of c's maps).
+func (c *podClock) count(which func(*podClock) map[string]time.Time, pods []string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, n := which(c), 0
+	for _, p := range pods {
+		if _, ok := m[p]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// times returns the time in which for each pod, zero if none.
+func (c *podClock) times(which func(*podClock) map[string]time.Time, pods []string) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := which(c)
+	out := make([]time.Time, len(pods))
+	for i, p := range pods {
+		out[i] = m[p]
+	}
+	return out
+}
+
+func running(c *podClock) map[string]time.Time { return c.running }
+func gone(c *podClock) map[string]time.Time    { return c.gone }
+
+// awaitAll waits until every pod has a time in which.
+func (c *podClock) awaitAll(ctx context.Context, which func(*podClock) map[string]time.Time, pods []string, what string, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return c.count(which, pods) == len(pods), nil
+	})
+	if err != nil {
+		return fmt.Errorf("only %d of %d pods %s after %s: %w", c.count(which, pods), len(pods), what, timeout, err)
+	}
+	return nil
+}
+
+// createPods creates the pods from workers goroutines and returns when each
+// create was sent.
+func createPods(ctx context.Context, client kubernetes.Interface, pods []*corev1.Pod, workers int) ([]time.Time, error) {
+	sent := make([]time.Time, len(pods))
+	err := parallel(ctx, len(pods), workers, func(ctx context.Context, i int) error {
+		sent[i] = time.Now()
+		if _, err := client.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating pod %s: %w", pods[i].Name, err)
+		}
+		return nil
+	})
+	return sent, err
+}
+
+// deletePods removes every pod of the namespace at once and waits until they
+// are gone, so that the next measurement starts on an empty cluster.
+func deletePods(ctx context.Context, client kubernetes.Interface, ns string) error {
+	pods := client.CoreV1().Pods(ns)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("deleting the pods of %s: %w", ns, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(list.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the pods of %s to go: %w", ns, err)
+	}
+	return nil
+}
