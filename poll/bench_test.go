@@ -67,8 +67,8 @@ func realisticPod(i int) *corev1.Pod {
 				"hub.jupyter.org/kubespawner-version": "7.1.0", "hub.jupyter.org/jupyterhub-version": "5.3.0",
 			},
 			ManagedFields: []metav1.ManagedFieldsEntry{
-				{Manager: "kubespawner", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: fieldsJSON}},
-				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: statusFields}, Subresource: "status"},
+				{Manager: "kubespawner", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(fieldsJSON))},
+				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &now, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(statusFields)), Subresource: "status"},
 			},
 		},
 		Spec: corev1.PodSpec{
