@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/dsmlp/spawner/devcluster/localnode"
 )
@@ -317,19 +318,32 @@ func (c *Cluster) writeKubeconfigs() error {
 
 func (c *Cluster) createNodes(ctx context.Context) error {
 	for _, n := range c.opts.Nodes.Nodes() {
-		status := n.Status
-		created, err := c.client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			continue
+		if err := RegisterNode(ctx, c.client, n); err != nil {
+			return fmt.Errorf("devcluster: %w", err)
 		}
+	}
+	return nil
+}
+
+// RegisterNode creates a node and sets its capacity, as a kubelet does on
+// registration; an existing node keeps its object and gets the capacity.
+func RegisterNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) error {
+	status := n.Status
+	if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating node %s: %w", n.Name, err)
+	}
+	// kwok writes the node's status as soon as it sees it: retry on conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("devcluster: creating node %s: %w", n.Name, err)
+			return err
 		}
-		// Capacity is status: set it explicitly, as a kubelet would on registration.
-		created.Status = status
-		if _, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("devcluster: setting capacity of node %s: %w", n.Name, err)
-		}
+		cur.Status.Capacity, cur.Status.Allocatable = status.Capacity, status.Allocatable
+		_, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("setting capacity of node %s: %w", n.Name, err)
 	}
 	return nil
 }

@@ -268,18 +268,10 @@ func TestFaultDeleteNode(t *testing.T) {
 
 func recreateNode(t *testing.T, name string) {
 	for _, n := range devcluster.DefaultNodeConfig().Nodes() {
-		if n.Name != name {
-			continue
-		}
-		status := n.Status
-		created, err := env.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
-		if err != nil {
-			t.Errorf("recreating node: %v", err)
-			return
-		}
-		created.Status = status
-		if _, err := env.Client.CoreV1().Nodes().UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
-			t.Errorf("recreating node status: %v", err)
+		if n.Name == name {
+			if err := devcluster.RegisterNode(context.Background(), env.Client, n); err != nil {
+				t.Errorf("recreating node: %v", err)
+			}
 		}
 	}
 }
