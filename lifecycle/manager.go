@@ -58,6 +58,8 @@ type Manager struct {
 	log     *zap.Logger
 	clock   clock.WithTicker
 	metrics *Metrics
+	// spark is nil unless the configuration can declare Spark clusters.
+	spark *sparkSupport
 
 	mu      sync.Mutex
 	spawns  map[Key]*spawn
@@ -75,6 +77,10 @@ type spawn struct {
 	events   *eventLog
 	started  time.Time
 	cancel   context.CancelFunc
+	// spark is the spawn's Spark cluster, nil if it has none; sparkSeen
+	// is followed by follow alone.
+	spark     *spawner.SparkCluster
+	sparkSeen sparkMilestones
 
 	mu     sync.Mutex
 	done   bool
@@ -111,11 +117,15 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Manager{
+	m := &Manager{
 		client: client, cfg: cfg, base: base, watcher: w,
 		log: opts.Logger, clock: opts.Clock, metrics: opts.Metrics,
 		spawns: map[Key]*spawn{}, located: map[Key]podRef{},
-	}, nil
+	}
+	if err := m.initSpark(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Start begins a spawn and returns at once with the server's status; the
@@ -125,6 +135,10 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, error) {
 	key := Key{req.User, req.Server}
 	objs, settings, err := spawner.Build(m.cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := m.buildSpark(req, objs, settings)
 	if err != nil {
 		return nil, err
 	}
@@ -153,14 +167,32 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		}
 	}
 	m.watcher.ForgetStop(ref.namespace, ref.name)
+	// A cluster that cannot fit the namespace's quota fails the start before
+	// anything is created.
+	if cluster != nil && m.sparkNeedsCheck(ref) {
+		if err := m.checkSparkFits(ctx, objs, cluster); err != nil {
+			m.metrics.spawns.WithLabelValues("error").Inc()
+			log.Info("start: refused, the Spark cluster does not fit", zap.Error(err))
+			return nil, err
+		}
+	}
 
 	uid, adopted, err := m.createObjects(ctx, objs, req, log)
 	if err != nil {
 		m.metrics.spawns.WithLabelValues("error").Inc()
 		return nil, err
 	}
+	if cluster != nil {
+		owner := sparkOwnerRef(ref.name, uid)
+		if err := m.ensureSpark(ctx, cluster, owner, key, time.Duration(settings.StartTimeout)*time.Second); err != nil {
+			m.metrics.spawns.WithLabelValues("error").Inc()
+			m.undoStart(context.WithoutCancel(ctx), ref, uid, log)
+			return nil, err
+		}
+		log.Info("start: Spark cluster ensured", zap.Int("workers", cluster.Workers))
+	}
 	spawnCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sp := &spawn{key: key, ref: ref, uid: uid, settings: settings, events: newEventLog(), started: m.clock.Now(), cancel: cancel}
+	sp := &spawn{key: key, ref: ref, uid: uid, settings: settings, events: newEventLog(), started: m.clock.Now(), cancel: cancel, spark: cluster}
 	m.mu.Lock()
 	if old := m.spawns[key]; old != nil {
 		old.cancel()
@@ -238,6 +270,8 @@ func containsQuota(msg string) bool { return strings.Contains(msg, "exceeded quo
 func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 	changed, unsubscribe := m.watcher.Subscribe(sp.ref.namespace, sp.ref.name)
 	defer unsubscribe()
+	sparkChanged, unsubscribeSpark := m.subscribeSpark(sp)
+	defer unsubscribeSpark()
 	timeout := m.clock.NewTimer(time.Duration(sp.settings.StartTimeout) * time.Second)
 	defer timeout.Stop()
 	var slow <-chan time.Time
@@ -260,12 +294,13 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 				sp.events.append(Event{Progress: &p, Message: eventMessage(ev), RawEvent: rawEvent(ev)})
 			}
 		}
+		progress = m.sparkProgress(sp, progress)
 		st := m.watcher.Status(sp.ref.namespace, sp.ref.name)
 		if st.Pod != nil && st.Pod.UID == sp.uid {
 			sawPod = true
 		}
 		switch {
-		case st.State == poll.StateRunning && st.Pod.UID == sp.uid:
+		case st.State == poll.StateRunning && st.Pod.UID == sp.uid && m.sparkReady(sp):
 			url := spawner.PodURL(st.Pod, sp.settings)
 			m.finish(sp, url, "")
 			elapsed := m.clock.Since(sp.started)
@@ -281,6 +316,13 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			m.finish(sp, "", why)
 			m.metrics.spawns.WithLabelValues("failed").Inc()
 			log.Warn("start: failed", zap.String("why", why))
+			if err := m.removeSpark(context.WithoutCancel(ctx), sp.ref); err != nil {
+				log.Warn("start: removing the Spark cluster failed", zap.Error(err))
+			}
+			return
+		}
+		if why := m.sparkFailure(ctx, sp); why != "" {
+			m.failSpark(context.WithoutCancel(ctx), sp, why, log)
 			return
 		}
 		select {
@@ -288,6 +330,7 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			m.finish(sp, "", "Spawn cancelled")
 			return
 		case <-changed:
+		case <-sparkChanged:
 		case <-slow:
 			if waited := m.clock.Since(sp.started); waited >= time.Duration(sp.settings.SlowSpawnMessageThreshold)*time.Second {
 				sp.events.append(Event{Message: slowMessage(sp.settings.SlowSpawnMessage, waited)})
@@ -297,10 +340,16 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			if evs := m.watcher.Events(sp.ref.namespace, sp.ref.name); len(evs) > 0 {
 				why += "; last event: " + evs[len(evs)-1].Message
 			}
+			if sp.spark != nil {
+				why += "; " + m.sparkState(sp)
+			}
 			log.Warn("start: timed out; removing the pod", zap.String("why", why))
 			m.watcher.ExpectStop(sp.ref.namespace, sp.ref.name)
 			if err := m.deletePod(context.WithoutCancel(ctx), sp.ref, sp.uid, 0); err != nil {
 				log.Warn("start: removing the pod failed", zap.Error(err))
+			}
+			if err := m.removeSpark(context.WithoutCancel(ctx), sp.ref); err != nil {
+				log.Warn("start: removing the Spark cluster failed", zap.Error(err))
 			}
 			m.finish(sp, "", why)
 			m.metrics.spawns.WithLabelValues("timeout").Inc()
@@ -359,11 +408,21 @@ func (m *Manager) Stop(ctx context.Context, key Key, now bool, wait time.Duratio
 	if st.Pod != nil {
 		uid = st.Pod.UID
 	}
+	// The cluster goes first, so that its workers do not outlive the
+	// notebook's driver.
+	if err := m.removeSpark(ctx, ref); err != nil {
+		return false, err
+	}
 	if err := m.deletePod(ctx, ref, uid, grace); err != nil {
 		return false, err
 	}
 	m.metrics.stops.Inc()
-	err := m.waitGone(ctx, ref, wait)
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	err := m.waitGone(waitCtx, ref, wait)
+	if err == nil {
+		err = m.waitSparkGone(waitCtx, ref, wait)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		log.Info("stop: pod still terminating")
 		return false, nil

@@ -39,6 +39,8 @@ type Server struct {
 	State map[string]string `json:"state"`
 	// Events are the pod's last Kubernetes events (admin views only).
 	Events []EventSummary `json:"events,omitempty"`
+	// Spark is the server's Spark cluster, if it has one.
+	Spark *SparkStatus `json:"spark,omitempty"`
 }
 
 // StopReason is why a server ended, kept after its pod is gone.
@@ -71,6 +73,7 @@ func (m *Manager) Server(key Key) *Server {
 	st := m.watcher.Status(ref.namespace, ref.name)
 	s := &Server{User: key.User, Server: key.Server, Pod: ref.name, Namespace: ref.namespace,
 		State: map[string]string{"pod_name": ref.name, "namespace": ref.namespace}}
+	s.Spark = m.sparkStatus(ref)
 	if st.Pod != nil {
 		describePod(s, st.Pod, m.clockNow())
 		if pvc := pvcOf(st.Pod); pvc != "" {

@@ -19,7 +19,9 @@ type Config struct {
 	// KubeSpawner holds the base settings: every KubeSpawner trait, with
 	// defaults applied, before any profile is chosen.
 	KubeSpawner Settings `json:"kubespawner"`
-	// Spark is reserved for the Spark-cluster settings; kept unvalidated.
+	// Spark is the top-level spark section, kept unvalidated and unused: a
+	// cluster is declared with the kubespawner trait spark (Settings.Spark),
+	// so that profiles can override it.
 	Spark json.RawMessage `json:"spark,omitempty"`
 	// Reservation is reserved for the GPU reservation settings; kept
 	// unvalidated.
@@ -234,6 +236,9 @@ type Settings struct {
 	// GPUClass is the platform's gpu-class label value; a profile may set
 	// it. Default none.
 	GPUClass string `json:"gpu_class"`
+	// Spark declares a Spark cluster beside the notebook (see SparkSpec);
+	// a platform addition. Default null: none.
+	Spark SparkSpec `json:"spark"`
 }
 
 // Defaults that are not empty.
@@ -350,6 +355,7 @@ func defaultTraits() map[string]any {
 		"pod_connect_ip":                  "",
 		"course":                          "",
 		"gpu_class":                       "",
+		"spark":                           nil,
 	}
 }
 

@@ -90,7 +90,7 @@ func render(args []string) error {
 	if *profile != "" {
 		userOptions["profile"] = *profile
 	}
-	out, err := spawner.Render(cfg, spawner.Request{User: *user, Server: *server, UserOptions: userOptions})
+	out, err := spawner.RenderAll(cfg, spawner.Request{User: *user, Server: *server, UserOptions: userOptions})
 	if err != nil {
 		return err
 	}
@@ -131,6 +131,9 @@ func serve(args []string) error {
 	cfg, err := spawner.Load(*configPath)
 	if err != nil {
 		return err
+	}
+	if cfg.Spark != nil {
+		log.Warn("the top-level spark section is ignored; declare a cluster with the kubespawner trait spark")
 	}
 	base, err := cfg.Resolve(nil)
 	if err != nil {
@@ -184,14 +187,16 @@ func serve(args []string) error {
 		return err
 	}
 	api := hubapi.New(hubapi.Options{
-		Servers: manager, Auth: auth, Profiles: cfg.Profiles, Ready: watcher.HasSynced,
+		Servers: manager, Auth: auth, Profiles: cfg.Profiles,
+		Ready:    func() bool { return watcher.HasSynced() && manager.HasSynced() },
 		StopWait: *stopWait, Logger: log.Named("hubapi"), Registry: reg,
 	})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	watchErr := make(chan error, 1)
+	watchErr := make(chan error, 2)
 	go func() { watchErr <- watcher.Run(ctx) }()
+	go func() { watchErr <- manager.Run(ctx) }()
 	srv := &http.Server{Addr: *listen, Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
@@ -202,7 +207,7 @@ func serve(args []string) error {
 		return fmt.Errorf("http server: %w", err)
 	case err := <-watchErr:
 		if err != nil {
-			return fmt.Errorf("watcher: %w", err)
+			return fmt.Errorf("watching: %w", err)
 		}
 	}
 	log.Info("shutting down")
