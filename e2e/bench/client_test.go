@@ -3,11 +3,13 @@ package bench_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -305,4 +307,49 @@ func mean(before, after metrics, name, labels string) time.Duration {
 		return 0
 	}
 	return time.Duration(delta(before, after, name+"_sum"+labels) / n * float64(time.Second))
+}
+
+// bucketBound returns the upper bound of the histogram bucket that holds the
+// q-quantile of what was observed between two scrapes: the quantile is at
+// most that. labels are the series' labels other than le, as printed
+// ({a="x",b="y"}).
+func bucketBound(before, after metrics, name, labels string, q float64) float64 {
+	prefix := name + "_bucket{"
+	want := strings.Trim(labels, "{}")
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for k := range after {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		var others []string
+		le := ""
+		for _, kv := range strings.Split(strings.TrimSuffix(rest, "}"), ",") {
+			if v, ok := strings.CutPrefix(kv, `le="`); ok {
+				le = strings.TrimSuffix(v, `"`)
+			} else {
+				others = append(others, kv)
+			}
+		}
+		if strings.Join(others, ",") != want {
+			continue
+		}
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil { // +Inf parses; anything else is not a bucket
+			continue
+		}
+		bs = append(bs, bucket{bound, delta(before, after, k)})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return 0
+	}
+	total := bs[len(bs)-1].n
+	for _, b := range bs {
+		if b.n >= q*total {
+			return b.le
+		}
+	}
+	return bs[len(bs)-1].le
 }

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -68,6 +69,9 @@ func table(title string, rows [][]string) string {
 	return buf.String()
 }
 
+// benchProcess names this process in CPU tables.
+const benchProcess = "bench (clients)"
+
 // userHZ is the unit of /proc CPU times (USER_HZ, 100 on every Linux ABI Go supports).
 const userHZ = 100
 
@@ -86,25 +90,33 @@ type cpuSample struct {
 	procs map[string]time.Duration
 }
 
-// newCPUMeter finds the processes started from binaries in binDirs (the
-// dev cluster's and spawnerd's) and adds this process as "bench".
+// newCPUMeter finds this process's descendants started from binaries in
+// binDirs (the dev cluster's and spawnerd's), and adds this process as
+// "bench (clients)". Another dev cluster on the same machine counts as other work.
 func newCPUMeter(binDirs ...string) *cpuMeter {
-	m := &cpuMeter{pids: map[string][]int{"bench (clients)": {os.Getpid()}}}
+	bins := map[string]string{} // resolved executable → name
+	for _, d := range binDirs {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if p, err := filepath.EvalSymlinks(filepath.Join(d, e.Name())); err == nil {
+				bins[p] = e.Name()
+			}
+		}
+	}
+	self := os.Getpid()
+	m := &cpuMeter{pids: map[string][]int{benchProcess: {self}}}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+		if err != nil || pid == self || !descends(pid, self) {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
 		if err != nil {
 			continue
 		}
-		for _, d := range binDirs {
-			if filepath.Dir(exe) == filepath.Clean(d) {
-				name := filepath.Base(exe)
-				m.pids[name] = append(m.pids[name], pid)
-			}
+		if name, ok := bins[exe]; ok {
+			m.pids[name] = append(m.pids[name], pid)
 		}
 	}
 	for name := range m.pids {
@@ -112,6 +124,41 @@ func newCPUMeter(binDirs ...string) *cpuMeter {
 	}
 	slices.Sort(m.names)
 	return m
+}
+
+// descends reports whether pid is a descendant of ancestor.
+func descends(pid, ancestor int) bool {
+	for range 16 {
+		pid = parentOf(pid)
+		if pid == ancestor {
+			return true
+		}
+		if pid <= 1 {
+			return false
+		}
+	}
+	return false
+}
+
+// parentOf reads field 4 of /proc/PID/stat.
+func parentOf(pid int) int {
+	f := statFields(pid)
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// statFields returns the fields of /proc/PID/stat after the parenthesised
+// command name, which may hold spaces: f[0] is field 3 (state).
+func statFields(pid int) []string {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return nil
+	}
+	s := string(data)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 }
 
 func (m *cpuMeter) sample() cpuSample {
@@ -122,6 +169,36 @@ func (m *cpuMeter) sample() cpuSample {
 		}
 	}
 	return s
+}
+
+// settle waits, up to maxWait, until the measured processes other than this
+// one use less than a fifth of one CPU over a second, so that a measurement
+// does not start while the last one's clean-up still loads the cluster. It
+// returns a line saying how long that took.
+func (m *cpuMeter) settle(ctx context.Context, maxWait time.Duration) string {
+	const window, quiet = time.Second, 0.2
+	start := time.Now()
+	last := 0.0
+	for range int(maxWait / window) {
+		from := m.sample()
+		select {
+		case <-ctx.Done():
+			return "settling: " + ctx.Err().Error()
+		case <-time.After(window):
+		}
+		to := m.sample()
+		var busy time.Duration
+		for name, d := range to.procs {
+			if name != benchProcess {
+				busy += d - from.procs[name]
+			}
+		}
+		last = busy.Seconds() / to.at.Sub(from.at).Seconds()
+		if last < quiet {
+			return fmt.Sprintf("cluster settled after %s (%.0f %% of one CPU)\n", time.Since(start).Round(time.Second), 100*last)
+		}
+	}
+	return fmt.Sprintf("cluster still busy after %s (%.0f %% of one CPU); measuring anyway\n", maxWait, 100*last)
 }
 
 // report is a table of CPU use between two samples, with the part of the
@@ -142,12 +219,20 @@ func (m *cpuMeter) report(title string, from, to cpuSample) string {
 		ours += d
 		rows = append(rows, []string{name, secs(d), pct(d)})
 	}
-	busy := to.busy - from.busy
+	other := max(to.busy-from.busy-ours, 0)
 	rows = append(rows,
-		[]string{"other work on the machine", secs(max(busy-ours, 0)), pct(max(busy-ours, 0))},
-		[]string{"idle", secs(max(capacity-busy, 0)), pct(max(capacity-busy, 0))})
-	return table(title, rows)
+		[]string{"other processes (other builds, CHP)", secs(other), pct(other)},
+		[]string{"idle", secs(max(capacity-ours-other, 0)), pct(max(capacity-ours-other, 0))})
+	out := table(title, rows)
+	if capacity > 0 && float64(other) > disturbed*float64(capacity) {
+		out += fmt.Sprintf("DISTURBED: other processes took %s of the CPUs; these numbers are not comparable\n", pct(other))
+	}
+	return out
 }
+
+// disturbed is the share of the machine's CPUs taken by other processes
+// above which a measurement is flagged.
+const disturbed = 0.10
 
 // machineBusy reads the first line of /proc/stat: user, nice, system, idle,
 // iowait, irq, softirq, steal; busy is all but idle and iowait.
@@ -169,15 +254,9 @@ func machineBusy() time.Duration {
 	return time.Duration(ticks) * time.Second / userHZ
 }
 
-// processCPU reads utime+stime of a process (fields 14 and 15 of
-// /proc/PID/stat, counted after the parenthesised command name).
+// processCPU reads utime+stime of a process (fields 14 and 15 of /proc/PID/stat).
 func processCPU(pid int) time.Duration {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	f := statFields(pid)
 	if len(f) < 13 {
 		return 0
 	}
