@@ -577,15 +577,19 @@ func Render(cfg *Config, req Request) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return renderObjects(objs.Namespace, objs.PVC, objs.Pod, objs.Service)
+}
+
+// renderObjects prints objects as a YAML stream, skipping nil ones and
+// leaving out empty spec/status and null timestamps.
+func renderObjects(objs ...any) ([]byte, error) {
 	var out bytes.Buffer
-	for _, o := range []any{objs.Namespace, objs.PVC, objs.Pod, objs.Service} {
+	for _, o := range objs {
 		if reflect.ValueOf(o).IsNil() {
 			continue
 		}
 		m := toMap(o)
-		if meta, ok := m["metadata"].(map[string]any); ok && meta["creationTimestamp"] == nil {
-			delete(meta, "creationTimestamp")
-		}
+		dropNullTimestamps(m)
 		for _, k := range []string{"spec", "status"} {
 			if sub, ok := m[k].(map[string]any); ok && allEmpty(sub) {
 				delete(m, k)

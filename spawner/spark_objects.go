@@ -1,9 +1,7 @@
 package spawner
 
 import (
-	"bytes"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/yaml"
 )
 
 // Names, ports and labels of a Spark cluster. The names are fixed because
@@ -302,28 +299,7 @@ func RenderAll(cfg *Config, req Request) ([]byte, error) {
 	if c == nil {
 		return Render(cfg, req)
 	}
-	var out bytes.Buffer
-	for _, o := range []any{objs.Namespace, objs.PVC, objs.Pod, objs.Service, c.ConfigMap, c.Service, c.Master, c.Worker} {
-		if reflect.ValueOf(o).IsNil() {
-			continue
-		}
-		m := toMap(o)
-		dropNullTimestamps(m)
-		for _, k := range []string{"spec", "status"} {
-			if sub, ok := m[k].(map[string]any); ok && allEmpty(sub) {
-				delete(m, k)
-			}
-		}
-		y, err := yaml.Marshal(m)
-		if err != nil {
-			return nil, fmt.Errorf("rendering %T: %w", o, err)
-		}
-		if out.Len() > 0 {
-			out.WriteString("---\n")
-		}
-		out.Write(y)
-	}
-	return out.Bytes(), nil
+	return renderObjects(objs.Namespace, objs.PVC, objs.Pod, objs.Service, c.ConfigMap, c.Service, c.Master, c.Worker)
 }
 
 // dropNullTimestamps removes the empty creationTimestamp that the API types

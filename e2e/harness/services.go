@@ -170,3 +170,16 @@ func Token(t testing.TB, secret []byte, user string, admin bool) string {
 	}
 	return tok
 }
+
+// BuildSpawnerd is a setup step for Main: it builds cmd/spawnerd into a
+// temporary folder and stores the binary's path in *bin.
+func BuildSpawnerd(bin *string) func(*Env) error {
+	return func(e *Env) error {
+		dir, err := os.MkdirTemp("", "spawnerd-bin-")
+		if err != nil {
+			return err
+		}
+		*bin, err = BuildBinary(e.RepoDir, "./cmd/spawnerd", dir)
+		return err
+	}
+}

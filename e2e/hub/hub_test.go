@@ -24,14 +24,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(harness.Main(m, &env, nil, func(e *harness.Env) error {
-		dir, err := os.MkdirTemp("", "spawnerd-bin-")
-		if err != nil {
-			return err
-		}
-		bin, err = harness.BuildBinary(e.RepoDir, "./cmd/spawnerd", dir)
-		return err
-	}))
+	os.Exit(harness.Main(m, &env, nil, harness.BuildSpawnerd(&bin)))
 }
 
 const spawnerConfig = `
