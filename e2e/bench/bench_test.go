@@ -72,14 +72,19 @@ func TestMain(m *testing.M) {
 		NodeSets:     []devcluster.NodeSet{{Name: "cpu", Count: 12, CPU: "64", Memory: "256Gi", Pods: 110}},
 		LocalRuntime: ptr.To(false),
 	}
-	os.Exit(harness.Main(m, &env, nodes, func(e *harness.Env) error {
-		dir, err := os.MkdirTemp("", "bench-bin-")
-		if err != nil {
+	var dir string
+	code := harness.Main(m, &env, nodes, func(e *harness.Env) error {
+		var err error
+		if dir, err = os.MkdirTemp("", "bench-bin-"); err != nil {
 			return err
 		}
 		bin, err = harness.BuildBinary(e.RepoDir, "./cmd/spawnerd", dir)
 		return err
-	}))
+	})
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+	os.Exit(code)
 }
 
 // configTemplate is a course's CPU notebook as the platform configures it:
