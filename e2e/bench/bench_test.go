@@ -382,16 +382,16 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		rows = append(rows, []string{m, fmt.Sprint(req[m]), fmt.Sprintf("%.3f", req[m]/spawns)})
 	}
 	rows = append(rows,
-		[]string{"writes (POST+PUT+PATCH+DELETE)", fmt.Sprint(writes(req)), fmt.Sprintf("%.3f (target ≤ 2)", writes(req)/spawns)},
-		[]string{"reads", fmt.Sprint(reads(req)), fmt.Sprintf("%.3f", reads(req)/spawns)},
+		[]string{"writes (POST+PUT+PATCH+DELETE)", fmt.Sprint(harness.Writes(req)), fmt.Sprintf("%.3f (target ≤ 2)", harness.Writes(req)/spawns)},
+		[]string{"reads", fmt.Sprint(harness.Reads(req)), fmt.Sprintf("%.3f", harness.Reads(req)/spawns)},
 		[]string{"spawner_spawn_duration_seconds mean", "", secs(time.Duration(spawnSum / max(spawnCount, 1) * float64(time.Second)))})
 	show(table("spawnerd's Kubernetes API requests during the storm (spawner_kube_api_requests_total)", rows))
 
 	b.ReportMetric(viaRate, "spawns/s")
 	b.ReportMetric(bareRate, "bare-spawns/s")
 	b.ReportMetric(viaRate/bareRate, "x-bare-rate")
-	b.ReportMetric(writes(req)/spawns, "writes/spawn")
-	b.ReportMetric(reads(req)/spawns, "reads/spawn")
+	b.ReportMetric(harness.Writes(req)/spawns, "writes/spawn")
+	b.ReportMetric(harness.Reads(req)/spawns, "reads/spawn")
 	b.ReportMetric(via[len(via)-1].total().Seconds(), "s-total")
 }
 

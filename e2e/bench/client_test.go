@@ -282,24 +282,6 @@ func apiRequests(before, after metrics) map[string]float64 {
 	return out
 }
 
-// writes sums the write methods of apiRequests.
-func writes(req map[string]float64) float64 {
-	return req[http.MethodPost] + req[http.MethodPut] + req[http.MethodPatch] + req[http.MethodDelete]
-}
-
-// reads sums every other method (GET covers LIST and WATCH).
-func reads(req map[string]float64) float64 {
-	var n float64
-	for method, v := range req {
-		switch method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		default:
-			n += v
-		}
-	}
-	return n
-}
-
 // mean is the delta of a summary's or histogram's _sum over its _count.
 func mean(before, after metrics, name, labels string) time.Duration {
 	n := delta(before, after, name+"_count"+labels)

@@ -198,3 +198,35 @@ func (s *Spawnerd) Progress(user, server string) []ProgressEvent {
 		out = append(out, ev)
 	}
 }
+
+// isWrite reports whether an HTTP method changes state on the API server.
+func isWrite(method string) bool {
+	switch method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// Writes sums the write methods of a per-method count of Kubernetes API
+// requests (spawnerd's spawner_kube_api_requests_total).
+func Writes(byMethod map[string]float64) float64 {
+	var n float64
+	for method, v := range byMethod {
+		if isWrite(method) {
+			n += v
+		}
+	}
+	return n
+}
+
+// Reads sums every other method (GET covers LIST and WATCH).
+func Reads(byMethod map[string]float64) float64 {
+	var n float64
+	for method, v := range byMethod {
+		if !isWrite(method) {
+			n += v
+		}
+	}
+	return n
+}

@@ -74,10 +74,10 @@ func BenchmarkSparkStorm(b *testing.B) {
 		b.ReportMetric(r.podsRunning.Seconds(), "s-pods-running")
 		b.ReportMetric(r.p50.Seconds(), "s-p50-ready")
 		b.ReportMetric(r.p95.Seconds(), "s-p95-ready")
-		b.ReportMetric(writes(r.start)/stormEnvs, "writes/env")
-		b.ReportMetric(reads(r.start)/stormEnvs, "reads/env")
+		b.ReportMetric(harness.Writes(r.start)/stormEnvs, "writes/env")
+		b.ReportMetric(harness.Reads(r.start)/stormEnvs, "reads/env")
 		b.ReportMetric(r.allStopped.Seconds(), "s-all-stopped")
-		b.ReportMetric(writes(r.stop)/stormEnvs, "stop-writes/env")
+		b.ReportMetric(harness.Writes(r.stop)/stormEnvs, "stop-writes/env")
 		fmt.Printf("spark storm: %d environments (1 notebook, 1 master, 2 workers each)\n", stormEnvs)
 		fmt.Printf("  all ready after %s (per environment p50 %s, p95 %s, max %s)\n", r.allReady.Round(time.Millisecond),
 			r.p50.Round(time.Millisecond), r.p95.Round(time.Millisecond), r.max.Round(time.Millisecond))
@@ -387,22 +387,6 @@ func deltas(before, after map[string]float64) map[string]float64 {
 		}
 	}
 	return out
-}
-
-func writes(req map[string]float64) float64 {
-	return req[http.MethodPost] + req[http.MethodPut] + req[http.MethodPatch] + req[http.MethodDelete]
-}
-
-func reads(req map[string]float64) float64 {
-	var n float64
-	for method, v := range req {
-		switch method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-		default:
-			n += v
-		}
-	}
-	return n
 }
 
 // perEnv writes each method's count per environment, e.g. "POST 6.00, GET 0.01".
