@@ -369,15 +369,17 @@ func (c *Cluster) startAgent() error {
 	}
 	labels := map[string]string{LabelLocalRuntime: "true"}
 	var extra corev1.ResourceList
+	taints := []corev1.Taint{{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	if n := c.opts.Nodes.LocalRuntimeGPUs; n > 0 {
 		labels[LabelGPUClass] = c.opts.Nodes.LocalRuntimeGPUClass
 		extra = corev1.ResourceList{ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
+		taints = append(taints, c.opts.Nodes.reservationTaints(c.opts.Nodes.LocalRuntimeGPUClass)...)
 	}
 	agent, err := localnode.New(client, localnode.Options{
 		NodeName:   LocalRuntimeNode,
 		NodeLabels: labels,
 		Extra:      extra,
-		Taint:      &corev1.Taint{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule},
+		Taints:     taints,
 		StateDir:   filepath.Join(c.opts.Dir, "pods"),
 		Logger:     runtimeLog,
 	})

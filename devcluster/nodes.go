@@ -20,6 +20,10 @@ const (
 	LocalRuntimeTaint = "devcluster.dsmlp.io/local-runtime"
 	// LabelLocalRuntime marks the local-runtime node ("true").
 	LabelLocalRuntime = "devcluster.dsmlp.io/local-runtime"
+	// ReservationTaintKey is the GPU reservation engine's class taint:
+	// GPU nodes carry <key>=<class>:NoSchedule, so only pods the engine
+	// admitted (given the toleration) land on them.
+	ReservationTaintKey = "gpu-class-reservation"
 	// LabelGPUClass is the node label naming a GPU class.
 	LabelGPUClass = "gpu-class"
 	// ResourceGPU is the extended resource GPU nodes advertise.
@@ -42,6 +46,17 @@ type NodeConfig struct {
 	// simulated GPUs, so that a GPU profile can reach a real notebook.
 	LocalRuntimeGPUs     int    `json:"localRuntimeGPUs,omitempty"`
 	LocalRuntimeGPUClass string `json:"localRuntimeGPUClass,omitempty"`
+	// ReservationTaint puts the reservation engine's class taint on every
+	// GPU node (the local-runtime one included). Default true.
+	ReservationTaint *bool `json:"reservationTaint,omitempty"`
+}
+
+// reservationTaints is the class taint for a GPU node of class, if enabled.
+func (c *NodeConfig) reservationTaints(class string) []corev1.Taint {
+	if c.ReservationTaint != nil && !*c.ReservationTaint {
+		return nil
+	}
+	return []corev1.Taint{{Key: ReservationTaintKey, Value: class, Effect: corev1.TaintEffectNoSchedule}}
 }
 
 // NodeSet describes Count identical nodes named <Name>-<i>.
@@ -144,7 +159,9 @@ func (c *NodeConfig) Nodes() []*corev1.Node {
 				corev1.ResourceMemory: resource.MustParse(ns.Memory),
 				corev1.ResourcePods:   *resource.NewQuantity(int64(pods), resource.DecimalSI),
 			}
+			taints := append([]corev1.Taint(nil), ns.Taints...)
 			if ns.GPUs > 0 {
+				taints = append(taints, c.reservationTaints(ns.GPUClass)...)
 				labels[LabelGPUClass] = ns.GPUClass
 				capacity[ResourceGPU] = *resource.NewQuantity(int64(ns.GPUs), resource.DecimalSI)
 			}
@@ -154,7 +171,7 @@ func (c *NodeConfig) Nodes() []*corev1.Node {
 					Labels:      labels,
 					Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
 				},
-				Spec:   corev1.NodeSpec{Taints: append([]corev1.Taint(nil), ns.Taints...)},
+				Spec:   corev1.NodeSpec{Taints: taints},
 				Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity.DeepCopy()},
 			})
 		}

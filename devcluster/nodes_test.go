@@ -1,8 +1,11 @@
 package devcluster
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestDefaultNodeConfig(t *testing.T) {
@@ -15,10 +18,20 @@ func TestDefaultNodeConfig(t *testing.T) {
 		if c := n.Labels[LabelGPUClass]; c != "" {
 			gpus := n.Status.Capacity[ResourceGPU]
 			classes[c] += int(gpus.Value())
+			if want := (corev1.Taint{Key: ReservationTaintKey, Value: c, Effect: corev1.TaintEffectNoSchedule}); !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return want.MatchTaint(&t) && t.Value == want.Value }) {
+				t.Errorf("GPU node %s lacks the class taint %s; has %v", n.Name, want.ToString(), n.Spec.Taints)
+			}
+		} else if len(n.Spec.Taints) > 0 {
+			t.Errorf("CPU node %s is tainted: %v", n.Name, n.Spec.Taints)
 		}
 	}
 	if len(classes) < 2 {
 		t.Errorf("want GPU nodes of at least two classes, got %v", classes)
+	}
+	off := false
+	cfg := &NodeConfig{NodeSets: []NodeSet{{Name: "g", Count: 1, CPU: "1", Memory: "1Gi", GPUs: 1, GPUClass: "x"}}, ReservationTaint: &off}
+	if n := cfg.Nodes()[0]; len(n.Spec.Taints) != 0 {
+		t.Errorf("reservationTaint: false still taints: %v", n.Spec.Taints)
 	}
 }
 

@@ -32,10 +32,13 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 export KUBECONFIG="$state/cluster/admin.kubeconfig"
+# The reservation engine keeps bookings and leases as custom resources.
+"$DEVCLUSTER_BIN_DIR/kubectl" apply -f "$root/deploy/helm/spawnerd/crds/gpureservations.yaml" >&2
 
 echo "demo: starting spawnerd on 127.0.0.1:$spawnerd_port" >&2
 "$root/bin/spawnerd" serve --config "$root/deploy/demo/spawner.yaml" --listen "127.0.0.1:$spawnerd_port" \
   --hub-api-url "http://127.0.0.1:$hub_port/hub/api" --proxy-api-url "http://127.0.0.1:$proxy_api_port" \
+  --namespace default --leader-elect=false \
   > "$state/spawnerd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 300); do

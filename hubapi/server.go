@@ -48,8 +48,11 @@ type Options struct {
 	StopWait time.Duration
 	// BodyLimit caps request bodies, e.g. "1M".
 	BodyLimit string
-	Logger    *zap.Logger
-	Registry  *prometheus.Registry
+	// Reservations is the GPU reservation engine's admin side; nil when the
+	// engine is off (its routes then answer 404).
+	Reservations Reservations
+	Logger       *zap.Logger
+	Registry     *prometheus.Registry
 }
 
 // New returns the HTTP handler with every route.
@@ -93,6 +96,7 @@ func New(opts Options) *echo.Echo {
 	admin.GET("", h.list)
 	admin.GET("/:user", h.adminServer)
 	admin.GET("/:user/:server", h.adminServer)
+	h.routeReservations(api)
 	return e
 }
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/reservation"
 	"github.com/dsmlp/spawner/spawner"
 )
 
@@ -282,17 +283,28 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 	}
 	seen := map[types.UID]bool{}
 	progress, sawPod := 0, false
+	hold := reservationHold{}
 	for {
-		if sp.settings.EventsEnabled {
-			for _, ev := range m.watcher.Events(sp.ref.namespace, sp.ref.name) {
-				if seen[ev.UID] || (ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != sp.uid) {
-					continue
-				}
-				seen[ev.UID] = true
+		for _, ev := range m.watcher.Events(sp.ref.namespace, sp.ref.name) {
+			if seen[ev.UID] || (ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != sp.uid) {
+				continue
+			}
+			seen[ev.UID] = true
+			if sp.settings.EventsEnabled {
 				progress += (90 - progress) / 3
 				p := progress
 				sp.events.append(Event{Progress: &p, Message: eventMessage(ev), RawEvent: rawEvent(ev)})
 			}
+			hold.see(ev)
+		}
+		if hold.fix != "" {
+			why := "GPU reservation: " + hold.fix
+			log.Warn("start: the GPU reservation engine holds the pod until it is changed; failing the spawn", zap.String("why", why))
+			m.abortSpawn(ctx, sp, why, "failed", log)
+			return
+		}
+		if d, ok := hold.deadline(m.clock.Now(), sp); ok {
+			timeout.Reset(d)
 		}
 		progress = m.sparkProgress(sp, progress)
 		st := m.watcher.Status(sp.ref.namespace, sp.ref.name)
@@ -344,18 +356,69 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 				why += "; " + m.sparkState(sp)
 			}
 			log.Warn("start: timed out; removing the pod", zap.String("why", why))
-			m.watcher.ExpectStop(sp.ref.namespace, sp.ref.name)
-			if err := m.deletePod(context.WithoutCancel(ctx), sp.ref, sp.uid, 0); err != nil {
-				log.Warn("start: removing the pod failed", zap.Error(err))
-			}
-			if err := m.removeSpark(context.WithoutCancel(ctx), sp.ref); err != nil {
-				log.Warn("start: removing the Spark cluster failed", zap.Error(err))
-			}
-			m.finish(sp, "", why)
-			m.metrics.spawns.WithLabelValues("timeout").Inc()
+			m.abortSpawn(ctx, sp, why, "timeout", log)
 			return
 		}
 	}
+}
+
+// abortSpawn removes a spawn's pod and Spark cluster and fails the spawn.
+func (m *Manager) abortSpawn(ctx context.Context, sp *spawn, why, outcome string, log *zap.Logger) {
+	m.watcher.ExpectStop(sp.ref.namespace, sp.ref.name)
+	if err := m.deletePod(context.WithoutCancel(ctx), sp.ref, sp.uid, 0); err != nil {
+		log.Warn("start: removing the pod failed", zap.Error(err))
+	}
+	if err := m.removeSpark(context.WithoutCancel(ctx), sp.ref); err != nil {
+		log.Warn("start: removing the Spark cluster failed", zap.Error(err))
+	}
+	m.finish(sp, "", why)
+	m.metrics.spawns.WithLabelValues(outcome).Inc()
+}
+
+// reservationHold follows the GPU reservation engine's events about a
+// spawn's pod: a wait that can clear stretches the start deadline to
+// reservation_wait_timeout, admission gives the pod start_timeout from then
+// to start, and a hold that needs a fix fails the spawn with the event's
+// words.
+type reservationHold struct {
+	fix      string    // message of a hold that needs a fix
+	waiting  bool      // the newest hold can clear
+	admitted time.Time // when admission was reported
+	applied  int       // 0 none, 1 waiting deadline set, 2 admitted deadline set
+}
+
+func (h *reservationHold) see(ev *corev1.Event) {
+	if ev.Source.Component != reservation.Component && ev.ReportingController != reservation.Component {
+		return
+	}
+	switch reservation.HoldOf(ev.Reason, ev.Message) {
+	case reservation.HoldNeedsFix:
+		h.fix = ev.Message
+	case reservation.HoldClears:
+		h.waiting = true
+	default:
+		if ev.Reason == reservation.RuntimeGuaranteed || ev.Reason == reservation.BestEffortAdmitted {
+			h.admitted = ev.LastTimestamp.Time
+			if h.admitted.IsZero() {
+				h.admitted = ev.CreationTimestamp.Time
+			}
+		}
+	}
+}
+
+// deadline returns a new timer duration when the start deadline changes.
+func (h *reservationHold) deadline(now time.Time, sp *spawn) (time.Duration, bool) {
+	start := time.Duration(sp.settings.StartTimeout) * time.Second
+	switch {
+	case !h.admitted.IsZero() && h.applied < 2 && h.applied > 0:
+		h.applied = 2
+		return max(start-now.Sub(h.admitted), 0) + time.Second, true
+	case h.waiting && h.applied == 0 && h.admitted.IsZero():
+		h.applied = 1
+		wait := time.Duration(max(sp.settings.ReservationWaitTimeout, sp.settings.StartTimeout)) * time.Second
+		return max(wait-now.Sub(sp.started), 0), true
+	}
+	return 0, false
 }
 
 func (m *Manager) finish(sp *spawn, url, failed string) {

@@ -205,3 +205,10 @@ func parseRef(v string) int64 {
 	}
 	return n
 }
+
+// WrittenAnnotations are the keys (unprefixed) the engine writes on
+// admitted pods, for the downward-API files of /etc/podinfo.
+func WrittenAnnotations() []string {
+	return []string{AnnBookingReference, AnnKind, AnnStart, AnnEnd, AnnGPUCount, AnnClassName, AnnAdmittedAt,
+		AnnGuaranteedUntil, AnnGuaranteeStatus, AnnRuntimeLimit, AnnWarningAt, AnnWarningRisk, AnnWarningMessage}
+}

@@ -83,6 +83,9 @@ type Config struct {
 	// no reservation fixes. Defaults to Insufficient cpu, memory and
 	// ephemeral-storage.
 	UnfixableShortages []string `json:"unfixable_shortages,omitempty"`
+	// RiskHorizon is how far ahead Plan.Classes reports preemption risk at
+	// booking boundaries. Defaults to 6h.
+	RiskHorizon metav1.Duration `json:"risk_horizon,omitzero"`
 	// SupportContact is appended where a message suggests contacting
 	// support. Defaults to "datahub@ucsd.edu".
 	SupportContact string `json:"support_contact,omitempty"`
@@ -131,6 +134,7 @@ const (
 	defaultHeadroomPercent  = 15
 	defaultHeadroomNotice   = 15 * time.Minute
 	defaultStuckAfter       = 5 * time.Minute
+	defaultRiskHorizon      = 6 * time.Hour
 	defaultSupport          = "datahub@ucsd.edu"
 	defaultTimeZone         = "America/Los_Angeles"
 )
@@ -154,6 +158,7 @@ func (c Config) WithDefaults() Config {
 	dur(&c.WarningLookahead, defaultWarningLookahead)
 	dur(&c.HeadroomNotice, defaultHeadroomNotice)
 	dur(&c.StuckAfter, defaultStuckAfter)
+	dur(&c.RiskHorizon, defaultRiskHorizon)
 	if c.HeadroomPercent == nil {
 		p := defaultHeadroomPercent
 		c.HeadroomPercent = &p

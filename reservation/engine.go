@@ -115,6 +115,7 @@ func (e *Engine) Decide(snap Snapshot) Plan {
 	c.route()
 	// 7. Reconcile admitted pods' annotations, writing only changes.
 	c.reconcile()
+	c.plan.Classes = c.status()
 	// 8. Remember what the next cycle needs.
 	e.remember(c)
 	return c.plan

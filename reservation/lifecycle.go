@@ -260,6 +260,12 @@ func (c *cycle) cancelNoShows() {
 // or "" when it is not. A class with no schedulable node is handled where
 // it is checked, before the node guard.
 func (c *cycle) pauseCause(cs *classState) string {
+	if why, ok := c.paused[cs.cls.Label]; ok {
+		if why = clean(why); why != "" {
+			return "an administrator paused it (" + why + ")"
+		}
+		return "an administrator paused it"
+	}
 	booked := 0
 	for _, b := range cs.bookings {
 		if b.openAt(c.now) {

@@ -153,4 +153,7 @@ type Snapshot struct {
 	// Reservations are all bookings, leases and best-effort records that
 	// have not ended long ago.
 	Reservations []Reservation
+	// Paused are the classes an administrator paused on-demand admission
+	// for, each with the administrator's reason (may be empty).
+	Paused map[string]string
 }

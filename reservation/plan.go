@@ -36,6 +36,9 @@ type Plan struct {
 	Updates    []PodPatch
 	Events     []Event
 	Unmet      []UnmetDemand
+	// Classes is each class's state after the plan, for the admin view; it
+	// asks for no write.
+	Classes []ClassStatus
 }
 
 // Empty reports whether the plan asks for no write at all.

@@ -104,6 +104,7 @@ type cycle struct {
 	wsUsed   map[wsClass]int
 	nextID   int64
 	planned  map[int64]bool // leases this cycle mints: not yet in any snapshot
+	paused   map[string]string
 }
 
 func (e *Engine) newCycle(now time.Time, snap *Snapshot) *cycle {
@@ -124,6 +125,7 @@ func (e *Engine) newCycle(now time.Time, snap *Snapshot) *cycle {
 		wsUsed:   map[wsClass]int{},
 		nextID:   e.lastID,
 		planned:  map[int64]bool{},
+		paused:   snap.Paused,
 	}
 	for label, cls := range e.classes {
 		c.classes[label] = &classState{cls: cls}

@@ -236,6 +236,12 @@ type Settings struct {
 	// GPUClass is the platform's gpu-class label value; a profile may set
 	// it. Default none.
 	GPUClass string `json:"gpu_class"`
+	// ReservationWaitTimeout is how long, in seconds, a start may wait
+	// while the GPU reservation engine says the wait can clear (a booking
+	// opens soon, a lease is retried); start_timeout applies otherwise.
+	// A platform addition. Default 2400 (the 30-minute claim horizon plus
+	// time to start).
+	ReservationWaitTimeout int `json:"reservation_wait_timeout"`
 	// Spark declares a Spark cluster beside the notebook (see SparkSpec);
 	// a platform addition. Default null: none.
 	Spark SparkSpec `json:"spark"`
@@ -251,6 +257,7 @@ const (
 	DefaultNamespace                 = "default"
 	DefaultUserNamespaceTemplate     = "{hubnamespace}-{username}"
 	DefaultStartTimeout              = 60
+	DefaultReservationWaitTimeout    = 2400
 	DefaultHTTPTimeout               = 30
 	DefaultDeleteGracePeriod         = 1
 	DefaultComponentLabel            = "singleuser-server"
@@ -337,6 +344,7 @@ func defaultTraits() map[string]any {
 		"working_dir":                     nil,
 		"profile_list":                    empty(),
 		"start_timeout":                   DefaultStartTimeout,
+		"reservation_wait_timeout":        DefaultReservationWaitTimeout,
 		"http_timeout":                    DefaultHTTPTimeout,
 		"delete_stopped_pods":             true,
 		"delete_grace_period":             DefaultDeleteGracePeriod,

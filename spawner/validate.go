@@ -182,6 +182,7 @@ func validateSettings(s *Settings, raw map[string]any, p *field.Path) field.Erro
 	// Timings.
 	for key, v := range map[string]int{
 		"start_timeout":                 s.StartTimeout,
+		"reservation_wait_timeout":      s.ReservationWaitTimeout,
 		"http_timeout":                  s.HTTPTimeout,
 		"k8s_api_request_timeout":       s.K8sAPIRequestTimeout,
 		"k8s_api_request_retry_timeout": s.K8sAPIRequestRetryTimeout,

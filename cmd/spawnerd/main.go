@@ -2,6 +2,7 @@
 //
 //	spawnerd serve  --config FILE [flags]     # the HTTP service
 //	spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]...
+//	spawnerd admin  [--url URL] COMMAND ...              # GPU reservation admin (bookings, classes, charges, risk)
 package main
 
 import (
@@ -41,6 +42,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "render":
 		err = render(os.Args[2:])
+	case "admin":
+		err = admin(os.Args[2:])
 	default:
 		usage()
 	}
@@ -51,7 +54,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: spawnerd serve --config FILE [flags] | spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]...")
+	fmt.Fprintln(os.Stderr, "usage: spawnerd serve --config FILE [flags] | spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]... | spawnerd admin COMMAND (spawnerd admin -h)")
 	os.Exit(2)
 }
 
@@ -112,6 +115,8 @@ func serve(args []string) error {
 	baseURL := fs.String("hub-base-url", "/", "the hub's base_url, for proxy route paths")
 	stopWait := fs.Duration("stop-wait", 10*time.Second, "how long DELETE waits for the pod to go before answering 202")
 	debug := fs.Bool("debug", false, "debug logging")
+	var rf reservationFlags
+	rf.register(fs)
 	_ = fs.Parse(args)
 	if *configPath == "" {
 		return errors.New("serve needs --config")
@@ -186,17 +191,30 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	api := hubapi.New(hubapi.Options{
-		Servers: manager, Auth: auth, Profiles: cfg.Profiles,
-		Ready:    func() bool { return watcher.HasSynced() && manager.HasSynced() },
-		StopWait: *stopWait, Logger: log.Named("hubapi"), Registry: reg,
-	})
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	watchErr := make(chan error, 2)
+	gpu, err := rf.start(ctx, cfg.Reservation, restCfg, client, base.Namespace, reg, log)
+	if err != nil {
+		return err
+	}
+	ready := func() bool { return watcher.HasSynced() && manager.HasSynced() }
+	apiOpts := hubapi.Options{
+		Servers: manager, Auth: auth, Profiles: cfg.Profiles,
+		Ready:    ready,
+		StopWait: *stopWait, Logger: log.Named("hubapi"), Registry: reg,
+	}
+	if gpu != nil {
+		apiOpts.Reservations = gpu.controller
+		apiOpts.Ready = func() bool { return ready() && gpu.controller.HasSynced() }
+	}
+	api := hubapi.New(apiOpts)
+
+	watchErr := make(chan error, 3)
 	go func() { watchErr <- watcher.Run(ctx) }()
 	go func() { watchErr <- manager.Run(ctx) }()
+	if gpu != nil {
+		go func() { watchErr <- gpu.controller.Run(ctx) }()
+	}
 	srv := &http.Server{Addr: *listen, Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
@@ -213,6 +231,9 @@ func serve(args []string) error {
 	log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if gpu != nil && gpu.webhook != nil {
+		_ = gpu.webhook.Shutdown(shutdownCtx)
+	}
 	return srv.Shutdown(shutdownCtx)
 }
 

@@ -36,7 +36,7 @@ import (
 type Options struct {
 	NodeName   string
 	NodeLabels map[string]string
-	Taint      *corev1.Taint
+	Taints     []corev1.Taint
 	// StateDir gets one folder per pod: its HOME and container logs.
 	StateDir string
 	// CPU, Memory and Pods are the node's capacity. Defaults 8, 16Gi, 110.
@@ -285,9 +285,7 @@ func (a *Agent) registerNode(ctx context.Context) error {
 		labels[k] = v
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.opts.NodeName, Labels: labels}}
-	if a.opts.Taint != nil {
-		node.Spec.Taints = []corev1.Taint{*a.opts.Taint}
-	}
+	node.Spec.Taints = append([]corev1.Taint(nil), a.opts.Taints...)
 	created, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		created, err = a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})

@@ -45,6 +45,10 @@ func newPod(name string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 func gpu(class string, count int64) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		p.Spec.NodeSelector = map[string]string{devcluster.LabelGPUClass: class}
+		// The reservation engine is not running here: tolerate the class
+		// taint directly, as an admitted pod would.
+		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: devcluster.ReservationTaintKey,
+			Operator: corev1.TolerationOpEqual, Value: class, Effect: corev1.TaintEffectNoSchedule})
 		q := *resource.NewQuantity(count, resource.DecimalSI)
 		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{devcluster.ResourceGPU: q}, Requests: corev1.ResourceList{devcluster.ResourceGPU: q},

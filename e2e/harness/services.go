@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dsmlp/spawner/hubapi"
 )
 
 // FreePort returns a loopback port that was free a moment ago.
@@ -160,11 +161,7 @@ func StartProxy(t testing.TB) *Proxy {
 // Token signs a hub token for user, as the hub-side spawner class does.
 func Token(t testing.TB, secret []byte, user string, admin bool) string {
 	t.Helper()
-	now := time.Now()
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"iss": "jupyterhub", "aud": "spawnerd", "sub": user, "admin": admin,
-		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix(),
-	}).SignedString(secret)
+	tok, err := hubapi.Sign(secret, user, admin, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

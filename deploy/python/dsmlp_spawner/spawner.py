@@ -80,6 +80,15 @@ class RemoteKubeSpawner(Spawner):
         help="Seconds stop() waits for spawnerd to report the server gone before giving up.",
     ).tag(config=True)
 
+    reservation_wait_timeout = Float(
+        2400,
+        help="""Seconds the hub lets a start run when spawnerd may keep it waiting on a
+        GPU reservation (a booking opening soon, an on-demand lease being retried).
+        spawnerd still ends an ordinary start after start_timeout, and fails at once
+        a GPU hold that needs a fix; this only keeps the hub from giving up first.
+        Match spawnerd's reservation_wait_timeout. 0 keeps start_timeout.""",
+    ).tag(config=True)
+
     @default("env_keep")
     def _env_keep_default(self):
         # The hub's environment must not leak into notebook pods.
@@ -110,6 +119,7 @@ class RemoteKubeSpawner(Spawner):
         self._requested = False
         self._events = EventLog()
         self._start_task = None
+        self._ordinary_start_timeout = None
         self._client = Client(
             self.service_url, TokenSigner(self._secret).token, self.request_timeout
         )
@@ -157,6 +167,18 @@ class RemoteKubeSpawner(Spawner):
 
     # --- start -------------------------------------------------------------
 
+    def run_pre_spawn_hook(self):
+        """run_pre_spawn_hook also widens the hub's start deadline for GPU waits.
+
+        The hub reads start_timeout right after this hook and before start()
+        runs, so this is the last moment to change it. spawnerd keeps the
+        ordinary start_timeout, which start() sends it.
+        """
+        if self._ordinary_start_timeout is None:
+            self._ordinary_start_timeout = self.start_timeout
+        self.start_timeout = int(max(self._ordinary_start_timeout, self.reservation_wait_timeout))
+        return super().run_pre_spawn_hook()
+
     async def start(self):
         """start asks spawnerd for the server, follows its progress and returns its URL."""
         if self._events.closed:
@@ -182,7 +204,7 @@ class RemoteKubeSpawner(Spawner):
             "api_token": self.api_token,
             "user_id": self.user.id,
             "hub_version": jupyterhub.__version__,
-            "start_timeout": int(self.start_timeout),
+            "start_timeout": int(self._ordinary_start_timeout or self.start_timeout),
         }
         self._requested = True
         try:

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dsmlp/spawner/admission"
+	"github.com/dsmlp/spawner/gpucontroller"
+	"github.com/dsmlp/spawner/reservation"
+	"github.com/dsmlp/spawner/reservationstore"
+)
+
+// reservationFlags are the flags of the GPU reservation engine and its
+// admission webhook; both run only when the configuration file has a
+// reservation section.
+type reservationFlags struct {
+	namespace, identity             string
+	leaderElect                     bool
+	tick                            time.Duration
+	qps                             float64
+	webhookListen                   string
+	webhookCert, webhookKey         string
+	webhookHosts, webhookConfigName string
+}
+
+func (f *reservationFlags) register(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the reservation leader Lease and pause ConfigMap (default $POD_NAMESPACE, else the notebook namespace)")
+	fs.StringVar(&f.identity, "identity", host, "this replica's name in the leader Lease")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "decide GPU admission only while holding the leader Lease")
+	fs.DurationVar(&f.tick, "reservation-tick", 10*time.Second, "longest time between reservation decision cycles (bookings open, guarantees end on it)")
+	fs.Float64Var(&f.qps, "reservation-qps", 100, "API client QPS of the reservation controller (burst 2x)")
+	fs.StringVar(&f.webhookListen, "webhook-listen", "", "HTTPS address of the GPU admission webhook, e.g. :8443 (empty: no webhook)")
+	fs.StringVar(&f.webhookCert, "webhook-cert-file", "", "webhook serving certificate (PEM); empty: a self-signed one")
+	fs.StringVar(&f.webhookKey, "webhook-key-file", "", "webhook serving key (PEM)")
+	fs.StringVar(&f.webhookHosts, "webhook-hosts", "localhost,127.0.0.1", "names in the self-signed webhook certificate (the Service DNS names)")
+	fs.StringVar(&f.webhookConfigName, "webhook-config-name", "", "MutatingWebhookConfiguration whose caBundle spawnerd fills with its self-signed certificate")
+}
+
+// gpuParts are the running reservation pieces.
+type gpuParts struct {
+	controller *gpucontroller.Controller
+	webhook    *http.Server
+}
+
+func (f *reservationFlags) start(ctx context.Context, raw json.RawMessage, restCfg *rest.Config, client kubernetes.Interface,
+	notebookNS string, reg prometheus.Registerer, log *zap.Logger) (*gpuParts, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	cfg, err := reservation.ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	ns := f.namespace
+	if ns == "" {
+		ns = notebookNS
+	}
+	rc := rest.CopyConfig(restCfg)
+	rc.QPS, rc.Burst = float32(f.qps), int(2*f.qps)
+	rc.UserAgent = reservation.Component
+	rclient, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("reservation client: %w", err)
+	}
+	// Waiting events get a client (and rate limit) of their own.
+	eclient, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("reservation events client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("reservation client: %w", err)
+	}
+	ctl, err := gpucontroller.New(rclient, reservationstore.New(dyn, 10*time.Minute), gpucontroller.Options{
+		Config: cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, EventsClient: eclient,
+		Logger: log.Named("reservation"), Registry: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	parts := &gpuParts{controller: ctl}
+	if f.webhookListen == "" {
+		return parts, nil
+	}
+	var cert tls.Certificate
+	if f.webhookCert != "" {
+		if cert, err = tls.LoadX509KeyPair(f.webhookCert, f.webhookKey); err != nil {
+			return nil, fmt.Errorf("webhook certificate: %w", err)
+		}
+	} else {
+		var caPEM []byte
+		cert, caPEM, err = admission.SelfSigned(strings.Split(f.webhookHosts, ","), time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if f.webhookConfigName != "" {
+			go func() {
+				if err := admission.InjectCABundle(ctx, client, f.webhookConfigName, caPEM, log.Named("admission")); err != nil && ctx.Err() == nil {
+					log.Error("webhook CA bundle not written", zap.Error(err))
+				}
+			}()
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", admission.New(cfg, log.Named("admission")))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	ln, err := net.Listen("tcp", f.webhookListen)
+	if err != nil {
+		return nil, fmt.Errorf("webhook listener: %w", err)
+	}
+	parts.webhook = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	go func() {
+		if err := parts.webhook.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("webhook server", zap.Error(err))
+		}
+	}()
+	log.Info("GPU admission webhook serving", zap.String("listen", ln.Addr().String()))
+	return parts, nil
+}

@@ -1,0 +1,277 @@
+// Package reservation_test runs the GPU reservation controller, its
+// admission webhook and the toleration policy against the dev cluster: a
+// real API server, kube-scheduler and controller-manager, with kwok GPU
+// nodes that carry the class taint and nvidia.com/gpu. The controller runs
+// in this process on a fake clock, so tests can move time to open
+// bookings, end guarantees and reach preemption boundaries.
+//
+//	go test ./e2e/reservation/                                   # the tests
+//	go test -run '^$' -bench . -benchtime 1x ./e2e/reservation/  # admission latency at 1k/10k pending
+package reservation_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dsmlp/spawner/admission"
+	"github.com/dsmlp/spawner/devcluster"
+	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/gpucontroller"
+	"github.com/dsmlp/spawner/reservation"
+	"github.com/dsmlp/spawner/reservationstore"
+)
+
+var (
+	env    *harness.Env
+	ctl    *gpucontroller.Controller
+	clk    *clocktesting.FakeClock
+	writes atomic.Int64 // API writes by the controller's client
+	reads  atomic.Int64
+)
+
+// One class per scenario, each with nodes of its own, so scenarios do not
+// share capacity; "empty" has no node at all.
+var classNodes = []struct {
+	class       string
+	nodes, gpus int
+}{
+	{"wait", 1, 4}, {"full", 1, 4}, {"small", 1, 4}, {"deny", 1, 4}, {"misc", 2, 4}, {"node", 2, 2},
+	{"relink", 1, 4}, {"over", 1, 4}, {"best", 1, 4}, {"pre", 1, 2}, {"cancel", 1, 4}, {"reassign", 1, 4},
+	{"work", 2, 8}, {"bench", 20, 8},
+}
+
+const (
+	wsCourse = "DSC10"    // on demand allowed, every class
+	wsNoOD   = "BOOKONLY" // bookings only
+	wsCapped = "CAPPED"   // at most 1 GPU of class deny
+	ns       = "gpu-system"
+)
+
+func engineConfig() reservation.Config {
+	cfg := reservation.Config{
+		BestEffort: true, HeadroomPercent: ptr.To(0), Seed: 7,
+		Workspaces: []reservation.Workspace{
+			{Name: wsCourse},
+			{Name: wsNoOD, OnDemand: ptr.To(false)},
+			{Name: wsCapped, Caps: map[string]int{"deny": 1}},
+		},
+	}
+	for _, c := range classNodes {
+		cfg.Classes = append(cfg.Classes, reservation.GPUClass{Label: c.class, NodeSelector: map[string]string{devcluster.LabelGPUClass: c.class}})
+	}
+	cfg.Classes = append(cfg.Classes, reservation.GPUClass{Label: "empty", NodeSelector: map[string]string{devcluster.LabelGPUClass: "empty"}})
+	return cfg
+}
+
+func TestMain(m *testing.M) {
+	nodes := &devcluster.NodeConfig{NodeSets: []devcluster.NodeSet{{Name: "cpu", Count: 1, CPU: "16", Memory: "64Gi"}}, LocalRuntime: ptr.To(false)}
+	for _, c := range classNodes {
+		nodes.NodeSets = append(nodes.NodeSets, devcluster.NodeSet{Name: "g-" + c.class, Count: c.nodes, CPU: "64", Memory: "512Gi", Pods: 250, GPUs: c.gpus, GPUClass: c.class})
+	}
+	os.Exit(harness.Main(m, &env, nodes, setup))
+}
+
+func setup(e *harness.Env) error {
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(e.Config)
+	if err != nil {
+		return err
+	}
+	if err := applyYAML(ctx, dyn, filepath.Join(e.RepoDir, "deploy/helm/spawnerd/crds/gpureservations.yaml")); err != nil {
+		return err
+	}
+	if err := waitEstablished(ctx, dyn, "gpureservations.reservations.dsmlp.io"); err != nil {
+		return err
+	}
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	cfg := engineConfig()
+	if err := startWebhook(ctx, e, cfg); err != nil {
+		return err
+	}
+	if err := installPolicy(ctx, e, dyn); err != nil {
+		return err
+	}
+	// The controller's own client counts its API requests.
+	rc := rest.CopyConfig(e.Config)
+	rc.QPS, rc.Burst = 200, 400
+	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTrip(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet {
+				if r.URL.Query().Get("watch") != "true" {
+					reads.Add(1)
+				}
+			} else {
+				writes.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	eclient, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	rdyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	clk = clocktesting.NewFakeClock(time.Now())
+	logger := zap.NewNop()
+	if os.Getenv("E2E_VERBOSE") != "" {
+		logger, _ = zap.NewDevelopment()
+	}
+	ctl, err = gpucontroller.New(client, reservationstore.New(rdyn, 10*time.Minute), gpucontroller.Options{
+		Config: cfg, Namespace: ns, Identity: "e2e", Tick: time.Second, Clock: clk, Logger: logger, EventsClient: eclient,
+	})
+	if err != nil {
+		return err
+	}
+	go func() { _ = ctl.Run(ctx) }()
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return ctl.HasSynced() && ctl.Leading(), nil
+	})
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// startWebhook serves the admission webhook on loopback and registers it,
+// as the chart does with a Service.
+func startWebhook(ctx context.Context, e *harness.Env, cfg reservation.Config) error {
+	cert, caPEM, err := admission.SelfSigned([]string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", admission.New(cfg, nil))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	url := fmt.Sprintf("https://%s/mutate", ln.Addr())
+	ignore, none := admissionregv1.Ignore, admissionregv1.SideEffectClassNone
+	rules := func(group string, resources []string, ops ...admissionregv1.OperationType) admissionregv1.RuleWithOperations {
+		return admissionregv1.RuleWithOperations{Operations: ops, Rule: admissionregv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: resources}}
+	}
+	whc := &admissionregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "spawnerd-gpu"},
+		Webhooks: []admissionregv1.MutatingWebhook{{
+			Name: "gpu.spawnerd.dsmlp.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: &url},
+			AdmissionReviewVersions: []string{"v1"}, SideEffects: &none, FailurePolicy: &ignore, TimeoutSeconds: ptr.To[int32](5),
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", ns}}}},
+			Rules: []admissionregv1.RuleWithOperations{
+				rules("", []string{"pods"}, admissionregv1.Create),
+				rules("apps", []string{"deployments", "statefulsets", "replicasets", "daemonsets"}, admissionregv1.Create, admissionregv1.Update),
+				rules("batch", []string{"jobs", "cronjobs"}, admissionregv1.Create, admissionregv1.Update),
+			},
+		}},
+	}
+	api := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := api.Create(ctx, whc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	// The same path spawnerd takes with a self-signed certificate.
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return admission.InjectCABundle(ictx, e.Client, whc.Name, caPEM, zap.NewNop())
+}
+
+// installPolicy applies the chart's toleration policy with this cluster's
+// admin (the controller's user here) as the engine.
+func installPolicy(ctx context.Context, e *harness.Env, dyn dynamic.Interface) error {
+	who, err := e.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("who am I: %w", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "reservation-policy", Namespace: ns},
+		Data: map[string]string{"taintKey": devcluster.ReservationTaintKey, "engineUser": who.Status.UserInfo.Username}}
+	if _, err := e.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := applyYAML(ctx, dyn, filepath.Join(e.RepoDir, "deploy/helm/spawnerd/files/reservation-policy.yaml")); err != nil {
+		return err
+	}
+	binding := &admissionregv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu-reservation-toleration"},
+		Spec: admissionregv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: "gpu-reservation-toleration", ValidationActions: []admissionregv1.ValidationAction{admissionregv1.Deny},
+			ParamRef: &admissionregv1.ParamRef{Name: cm.Name, Namespace: ns, ParameterNotFoundAction: ptr.To(admissionregv1.DenyAction)},
+		},
+	}
+	_, err = e.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
+	return err
+}
+
+// applyYAML creates the single object in a YAML file.
+func applyYAML(ctx context.Context, dyn dynamic.Interface, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(data, &obj); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	gv, err := schema.ParseGroupVersion(u.GetAPIVersion())
+	if err != nil {
+		return err
+	}
+	plural := map[string]string{"CustomResourceDefinition": "customresourcedefinitions", "ValidatingAdmissionPolicy": "validatingadmissionpolicies"}[u.GetKind()]
+	_, err = dyn.Resource(gv.WithResource(plural)).Create(ctx, u, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = nil
+	}
+	return err
+}
+
+func waitEstablished(ctx context.Context, dyn dynamic.Interface, name string) error {
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
