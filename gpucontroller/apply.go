@@ -172,7 +172,7 @@ func (c *Controller) patchPod(ctx context.Context, p reservation.PodPatch, admis
 	}
 	pod.ManagedFields = nil
 	c.mu.Lock()
-	c.overlay[pod.UID] = overlayPod{pod: pod, at: c.clock.Now()}
+	c.overlay[pod.UID] = overlayPod{pod: pod, base: p.Pod.ResourceVersion, at: c.clock.Now()}
 	c.mu.Unlock()
 	if admission {
 		c.log.Info("pod admitted", append(podFields(p.Pod), zap.Int64("reservation", p.Reservation))...)

@@ -91,9 +91,13 @@ type Controller struct {
 	lastCycle time.Time
 }
 
+// overlayPod is a pod as our PATCH left it. It stands in for the cached
+// pod only while the cache still shows the version the PATCH was made
+// from: any newer cached version already includes the PATCH.
 type overlayPod struct {
-	pod *corev1.Pod
-	at  time.Time
+	pod  *corev1.Pod
+	base string // resourceVersion the PATCH was planned from
+	at   time.Time
 }
 
 // overlayTTL bounds how long a patched pod shadows the cache: the watch
@@ -175,16 +179,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 			}
 			c.poke()
 		},
-		UpdateFunc: func(_, obj any) {
-			if p, ok := obj.(*corev1.Pod); ok {
-				c.mu.Lock()
-				if ov, ok := c.overlay[p.UID]; ok && ov.pod.ResourceVersion == p.ResourceVersion {
-					delete(c.overlay, p.UID)
-				}
-				c.mu.Unlock()
-			}
-			c.poke()
-		},
+		UpdateFunc: func(_, _ any) { c.poke() },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -308,7 +303,7 @@ func (c *Controller) Snapshot() reservation.Snapshot {
 	c.mu.Lock()
 	for i, p := range pods {
 		if ov, ok := c.overlay[p.UID]; ok {
-			if now.Sub(ov.at) < overlayTTL {
+			if ov.base == p.ResourceVersion && now.Sub(ov.at) < overlayTTL {
 				pods[i] = ov.pod
 			} else {
 				delete(c.overlay, p.UID)

@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,17 +24,13 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dsmlp/spawner/admission"
 	"github.com/dsmlp/spawner/devcluster"
@@ -97,14 +92,7 @@ func TestMain(m *testing.M) {
 
 func setup(e *harness.Env) error {
 	ctx := context.Background()
-	dyn, err := dynamic.NewForConfig(e.Config)
-	if err != nil {
-		return err
-	}
-	if err := applyYAML(ctx, dyn, filepath.Join(e.RepoDir, "deploy/helm/spawnerd/crds/gpureservations.yaml")); err != nil {
-		return err
-	}
-	if err := waitEstablished(ctx, dyn, "gpureservations.reservations.dsmlp.io"); err != nil {
+	if err := e.InstallReservationCRD(ctx); err != nil {
 		return err
 	}
 	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -114,7 +102,7 @@ func setup(e *harness.Env) error {
 	if err := startWebhook(ctx, e, cfg); err != nil {
 		return err
 	}
-	if err := installPolicy(ctx, e, dyn); err != nil {
+	if err := installPolicy(ctx, e); err != nil {
 		return err
 	}
 	// The controller's own client counts its API requests.
@@ -212,7 +200,7 @@ func startWebhook(ctx context.Context, e *harness.Env, cfg reservation.Config) e
 
 // installPolicy applies the chart's toleration policy with this cluster's
 // admin (the controller's user here) as the engine.
-func installPolicy(ctx context.Context, e *harness.Env, dyn dynamic.Interface) error {
+func installPolicy(ctx context.Context, e *harness.Env) error {
 	who, err := e.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("who am I: %w", err)
@@ -222,7 +210,7 @@ func installPolicy(ctx context.Context, e *harness.Env, dyn dynamic.Interface) e
 	if _, err := e.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	if err := applyYAML(ctx, dyn, filepath.Join(e.RepoDir, "deploy/helm/spawnerd/files/reservation-policy.yaml")); err != nil {
+	if err := e.ApplyFile(ctx, "deploy/helm/spawnerd/files/reservation-policy.yaml"); err != nil {
 		return err
 	}
 	binding := &admissionregv1.ValidatingAdmissionPolicyBinding{
@@ -234,44 +222,4 @@ func installPolicy(ctx context.Context, e *harness.Env, dyn dynamic.Interface) e
 	}
 	_, err = e.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
 	return err
-}
-
-// applyYAML creates the single object in a YAML file.
-func applyYAML(ctx context.Context, dyn dynamic.Interface, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(data, &obj); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	gv, err := schema.ParseGroupVersion(u.GetAPIVersion())
-	if err != nil {
-		return err
-	}
-	plural := map[string]string{"CustomResourceDefinition": "customresourcedefinitions", "ValidatingAdmissionPolicy": "validatingadmissionpolicies"}[u.GetKind()]
-	_, err = dyn.Resource(gv.WithResource(plural)).Create(ctx, u, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = nil
-	}
-	return err
-}
-
-func waitEstablished(ctx context.Context, dyn dynamic.Interface, name string) error {
-	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		u, err := dyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
 }

@@ -1,0 +1,124 @@
+package spawnerd_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/hubapi"
+	"github.com/dsmlp/spawner/reservation"
+)
+
+// gpuConfig runs the reservation engine inside spawnerd, over the dev
+// cluster's tainted a5000 nodes. The course allows no on-demand use, so a
+// GPU pod waits for its owner's booking.
+const gpuConfig = `
+kubespawner:
+  namespace: %[1]s
+  cmd: [jupyterhub-singleuser]
+  start_timeout: %[2]d
+  reservation_wait_timeout: 300
+  course: DSC10
+  delete_grace_period: 1
+  profile_list:
+  - display_name: GPU notebook
+    slug: gpu
+    default: true
+    kubespawner_override:
+      gpu_class: a5000
+      extra_resource_limits: {nvidia.com/gpu: "1"}
+      node_selector: {gpu-class: a5000}
+  - display_name: GPU notebook with a typo
+    slug: typo
+    kubespawner_override:
+      gpu_class: a5000x
+      extra_resource_limits: {nvidia.com/gpu: "1"}
+reservation:
+  classes:
+  - {label: a5000, node_selector: {gpu-class: a5000}}
+  workspaces:
+  - {name: DSC10, on_demand: false}
+`
+
+func gpuSetup(t *testing.T, startTimeout int) *fixture {
+	t.Helper()
+	if err := env.InstallReservationCRD(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	api := env.StartSpawnerd(t, bin, harness.SpawnerdOptions{
+		Config: fmt.Sprintf(gpuConfig, ns, startTimeout),
+		Args:   []string{"--namespace", ns, "--leader-elect=false", "--reservation-tick", "1s"},
+	})
+	return &fixture{ns: ns, api: api}
+}
+
+// A hold that needs a fix fails the spawn at once, with the event's words,
+// long before start_timeout.
+func TestGPUHoldNeedingFixFailsFast(t *testing.T) {
+	f := gpuSetup(t, 120)
+	start := time.Now()
+	var m harness.ServerModel
+	if code := f.api.Do(http.MethodPost, harness.ServerPath("gina", ""), "gina", false, startBody("gina", "", map[string]any{"profile": "typo"}), &m); code != http.StatusAccepted {
+		t.Fatalf("start: %d %+v", code, m)
+	}
+	evs := f.api.Progress("gina", "")
+	last := evs[len(evs)-1]
+	if !last.Failed || !strings.Contains(last.Message, "GPU reservation: This pod's gpu-class label is a5000x") {
+		t.Fatalf("last progress event %+v, want a failure quoting UnknownGpuClass", last)
+	}
+	took := time.Since(start)
+	t.Logf("UnknownGpuClass failed the spawn in %s (start_timeout 120 s)", took.Round(time.Millisecond))
+	if took > 60*time.Second {
+		t.Errorf("the spawn took %s to fail", took)
+	}
+	sawEvent := false
+	for _, e := range evs {
+		sawEvent = sawEvent || strings.Contains(e.Message, "not a GPU class the reservation service knows")
+	}
+	if !sawEvent {
+		t.Error("the reservation event was not relayed into progress")
+	}
+	env.WaitForPodGone(t, f.ns, "jupyter-gina")
+}
+
+// A wait that can clear keeps the spawn alive past start_timeout; when the
+// booking opens the pod is admitted and the server becomes ready.
+func TestGPUWaitOutlivesStartTimeout(t *testing.T) {
+	f := gpuSetup(t, 15)
+	opens := time.Now().Add(35 * time.Second).UTC().Truncate(time.Second)
+	var b reservation.Reservation
+	code := f.api.Do(http.MethodPost, "/api/v1/reservations", "admin", true, hubapi.BookingRequest{
+		Owner: f.ns, Workspace: "DSC10", Class: "a5000", GPUs: 1,
+		Start: opens.Format(time.RFC3339), End: opens.Add(time.Hour).Format(time.RFC3339)}, &b)
+	if code != http.StatusCreated {
+		t.Fatalf("booking: %d", code)
+	}
+	start := time.Now()
+	var m harness.ServerModel
+	if code := f.api.Do(http.MethodPost, harness.ServerPath("hana", ""), "hana", false, startBody("hana", "", map[string]any{"profile": "gpu"}), &m); code != http.StatusAccepted {
+		t.Fatalf("start: %d %+v", code, m)
+	}
+	evs := f.api.Progress("hana", "")
+	last := evs[len(evs)-1]
+	if !last.Ready {
+		t.Fatalf("spawn ended %+v, want ready after the booking opened", last)
+	}
+	took := time.Since(start)
+	t.Logf("waited %s for booking #%d (start_timeout 15 s), then ready", took.Round(time.Millisecond), b.ID)
+	if took < 15*time.Second {
+		t.Errorf("ready after %s: the booking had not opened yet", took)
+	}
+	var waited, admitted bool
+	for _, e := range evs {
+		waited = waited || strings.Contains(e.Message, fmt.Sprintf("Waiting for your GPU reservation #%d", b.ID))
+		admitted = admitted || strings.Contains(e.Message, "GPU access guaranteed")
+	}
+	if !waited || !admitted {
+		t.Errorf("progress lacks the reservation events (waiting %v, admitted %v): %+v", waited, admitted, evs)
+	}
+}
