@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,36 +21,52 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ApplyFile creates the single object in a YAML file of the repository
-// (path relative to its root); an object that exists already is kept.
+// ApplyFile creates the objects in a YAML file of the repository (path
+// relative to its root).
 func (e *Env) ApplyFile(ctx context.Context, path string) error {
 	data, err := os.ReadFile(filepath.Join(e.RepoDir, path))
 	if err != nil {
 		return err
 	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(data, &obj); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
+	return e.ApplyYAML(ctx, data)
+}
+
+// ApplyYAML creates the objects of a multi-document YAML text, those of
+// the given kinds only when kinds are named; an object that exists already
+// is kept.
+func (e *Env) ApplyYAML(ctx context.Context, data []byte, kinds ...string) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(e.Config)
 	if err != nil {
 		return err
 	}
-	gvk := u.GroupVersionKind()
-	m, err := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)).RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn, err := dynamic.NewForConfig(e.Config)
 	if err != nil {
 		return err
 	}
-	_, err = dyn.Resource(m.Resource).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = nil
+	for _, doc := range strings.Split(string(data), "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return fmt.Errorf("decoding YAML: %w", err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		gvk := u.GroupVersionKind()
+		if len(kinds) > 0 && !slices.Contains(kinds, gvk.Kind) {
+			continue
+		}
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", gvk.Kind, u.GetName(), err)
+		}
+		_, err = dyn.Resource(m.Resource).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s: %w", gvk.Kind, u.GetName(), err)
+		}
 	}
-	return err
+	return nil
 }
 
 // InstallReservationCRD applies the GPUReservation CRD from the chart and

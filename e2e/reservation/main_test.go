@@ -16,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,28 +200,18 @@ func startWebhook(ctx context.Context, e *harness.Env, cfg reservation.Config) e
 	return admission.InjectCABundle(ictx, e.Client, whc.Name, caPEM, zap.NewNop())
 }
 
-// installPolicy applies the chart's toleration policy with this cluster's
-// admin (the controller's user here) as the engine.
+// installPolicy applies the chart's toleration policy, rendered by helm
+// with this cluster's admin (the controller's user here) as the engine.
 func installPolicy(ctx context.Context, e *harness.Env) error {
 	who, err := e.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("who am I: %w", err)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "reservation-policy", Namespace: ns},
-		Data: map[string]string{"taintKey": devcluster.ReservationTaintKey, "engineUser": who.Status.UserInfo.Username}}
-	if _, err := e.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		return err
+	out, err := exec.Command(filepath.Join(e.BinDir, "helm"), "template", "spawnerd", filepath.Join(e.RepoDir, "deploy/helm/spawnerd"),
+		"--namespace", ns, "--show-only", "templates/reservation.yaml", "--set", "reservation.enabled=true",
+		"--set-string", "reservation.engineUser="+who.Status.UserInfo.Username).Output()
+	if err != nil {
+		return fmt.Errorf("rendering the chart's policy: %w", err)
 	}
-	if err := e.ApplyFile(ctx, "deploy/helm/spawnerd/files/reservation-policy.yaml"); err != nil {
-		return err
-	}
-	binding := &admissionregv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-reservation-toleration"},
-		Spec: admissionregv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: "gpu-reservation-toleration", ValidationActions: []admissionregv1.ValidationAction{admissionregv1.Deny},
-			ParamRef: &admissionregv1.ParamRef{Name: cm.Name, Namespace: ns, ParameterNotFoundAction: ptr.To(admissionregv1.DenyAction)},
-		},
-	}
-	_, err = e.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
-	return err
+	return e.ApplyYAML(ctx, out, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 }

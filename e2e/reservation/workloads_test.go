@@ -42,6 +42,13 @@ func impersonate(t *testing.T, user string) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The binding takes a moment to reach the authorizer.
+	if err := wait.PollUntilContextTimeout(ctx, poll, waitFor, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("%s never got the edit role", user)
+	}
 	return c
 }
 

@@ -64,6 +64,9 @@ enable_user_namespaces, which must agree with the RBAC the chart grants.
 {{- $_ := set $ks "namespace" .Release.Namespace }}
 {{- end }}
 {{- $_ := set $cfg "kubespawner" $ks }}
+{{- if .Values.reservation.enabled }}
+{{- $_ := set $cfg "reservation" (.Values.reservation.config | default dict) }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 
