@@ -285,16 +285,25 @@ func (h *handlers) hours(c echo.Context, def float64) (float64, error) {
 	return n, nil
 }
 
-func (h *handlers) classes(c echo.Context) error {
+// classStatus is the per-class view over the ?hours= horizon (default 6).
+func (h *handlers) classStatus(c echo.Context) (Reservations, float64, []reservation.ClassStatus, error) {
 	r, err := h.res()
 	if err != nil {
-		return err
+		return nil, 0, nil, err
 	}
 	hours, err := h.hours(c, 6)
 	if err != nil {
-		return err
+		return nil, 0, nil, err
 	}
 	cs, err := r.Classes(time.Duration(hours * float64(time.Hour)))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return r, hours, cs, nil
+}
+
+func (h *handlers) classes(c echo.Context) error {
+	r, _, cs, err := h.classStatus(c)
 	if err != nil {
 		return err
 	}
@@ -302,15 +311,7 @@ func (h *handlers) classes(c echo.Context) error {
 }
 
 func (h *handlers) risk(c echo.Context) error {
-	r, err := h.res()
-	if err != nil {
-		return err
-	}
-	hours, err := h.hours(c, 6)
-	if err != nil {
-		return err
-	}
-	cs, err := r.Classes(time.Duration(hours * float64(time.Hour)))
+	r, hours, cs, err := h.classStatus(c)
 	if err != nil {
 		return err
 	}

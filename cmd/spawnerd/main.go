@@ -187,13 +187,21 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	manager, err := lifecycle.New(client, cfg, watcher, lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)})
+	resCfg, err := parseReservation(cfg.Reservation)
+	if err != nil {
+		return err
+	}
+	mopts := lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)}
+	if resCfg != nil {
+		mopts.SchedulingGate = resCfg.SchedulingGate
+	}
+	manager, err := lifecycle.New(client, cfg, watcher, mopts)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	gpu, err := rf.start(ctx, cfg.Reservation, restCfg, client, base.Namespace, reg, log)
+	gpu, err := rf.start(ctx, resCfg, restCfg, client, base.Namespace, reg, log)
 	if err != nil {
 		return err
 	}

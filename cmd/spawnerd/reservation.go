@@ -58,14 +58,23 @@ type gpuParts struct {
 	webhook    *http.Server
 }
 
-func (f *reservationFlags) start(ctx context.Context, raw json.RawMessage, restCfg *rest.Config, client kubernetes.Interface,
-	notebookNS string, reg prometheus.Registerer, log *zap.Logger) (*gpuParts, error) {
+// parseReservation reads the configuration file's reservation section;
+// nil when there is none (the engine is off).
+func parseReservation(raw json.RawMessage) (*reservation.Config, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	cfg, err := reservation.ParseConfig(raw)
 	if err != nil {
 		return nil, err
+	}
+	return &cfg, nil
+}
+
+func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, restCfg *rest.Config, client kubernetes.Interface,
+	notebookNS string, reg prometheus.Registerer, log *zap.Logger) (*gpuParts, error) {
+	if cfg == nil {
+		return nil, nil
 	}
 	ns := f.namespace
 	if ns == "" {
@@ -88,7 +97,7 @@ func (f *reservationFlags) start(ctx context.Context, raw json.RawMessage, restC
 		return nil, fmt.Errorf("reservation client: %w", err)
 	}
 	ctl, err := gpucontroller.New(rclient, reservationstore.New(dyn, 10*time.Minute), gpucontroller.Options{
-		Config: cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, EventsClient: eclient,
+		Config: *cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, EventsClient: eclient,
 		Logger: log.Named("reservation"), Registry: reg,
 	})
 	if err != nil {
@@ -118,7 +127,7 @@ func (f *reservationFlags) start(ctx context.Context, raw json.RawMessage, restC
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", admission.New(cfg, log.Named("admission")))
+	mux.Handle("/mutate", admission.New(*cfg, log.Named("admission")))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	ln, err := net.Listen("tcp", f.webhookListen)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/hubapi"
 	"github.com/dsmlp/spawner/reservation"
@@ -44,14 +46,16 @@ reservation:
   - {name: DSC10, on_demand: false}
 `
 
-func gpuSetup(t *testing.T, startTimeout int) *fixture {
+// gpuSetup starts spawnerd with the engine; extra is appended to the
+// reservation section.
+func gpuSetup(t *testing.T, startTimeout int, extra string) *fixture {
 	t.Helper()
 	if err := env.InstallReservationCRD(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ns := env.Namespace(t)
 	api := env.StartSpawnerd(t, bin, harness.SpawnerdOptions{
-		Config: fmt.Sprintf(gpuConfig, ns, startTimeout),
+		Config: fmt.Sprintf(gpuConfig, ns, startTimeout) + extra,
 		Args:   []string{"--namespace", ns, "--leader-elect=false", "--reservation-tick", "1s"},
 	})
 	return &fixture{ns: ns, api: api}
@@ -60,13 +64,9 @@ func gpuSetup(t *testing.T, startTimeout int) *fixture {
 // A hold that needs a fix fails the spawn at once, with the event's words,
 // long before start_timeout.
 func TestGPUHoldNeedingFixFailsFast(t *testing.T) {
-	f := gpuSetup(t, 120)
+	f := gpuSetup(t, 120, "")
 	start := time.Now()
-	var m harness.ServerModel
-	if code := f.api.Do(http.MethodPost, harness.ServerPath("gina", ""), "gina", false, startBody("gina", "", map[string]any{"profile": "typo"}), &m); code != http.StatusAccepted {
-		t.Fatalf("start: %d %+v", code, m)
-	}
-	evs := f.api.Progress("gina", "")
+	evs := f.startProgress(t, "gina", map[string]any{"profile": "typo"})
 	last := evs[len(evs)-1]
 	if !last.Failed || !strings.Contains(last.Message, "GPU reservation: This pod's gpu-class label is a5000x") {
 		t.Fatalf("last progress event %+v, want a failure quoting UnknownGpuClass", last)
@@ -89,21 +89,10 @@ func TestGPUHoldNeedingFixFailsFast(t *testing.T) {
 // A wait that can clear keeps the spawn alive past start_timeout; when the
 // booking opens the pod is admitted and the server becomes ready.
 func TestGPUWaitOutlivesStartTimeout(t *testing.T) {
-	f := gpuSetup(t, 15)
-	opens := time.Now().Add(35 * time.Second).UTC().Truncate(time.Second)
-	var b reservation.Reservation
-	code := f.api.Do(http.MethodPost, "/api/v1/reservations", "admin", true, hubapi.BookingRequest{
-		Owner: f.ns, Workspace: "DSC10", Class: "a5000", GPUs: 1,
-		Start: opens.Format(time.RFC3339), End: opens.Add(time.Hour).Format(time.RFC3339)}, &b)
-	if code != http.StatusCreated {
-		t.Fatalf("booking: %d", code)
-	}
+	f := gpuSetup(t, 15, "")
+	b := f.book(t, 35*time.Second)
 	start := time.Now()
-	var m harness.ServerModel
-	if code := f.api.Do(http.MethodPost, harness.ServerPath("hana", ""), "hana", false, startBody("hana", "", map[string]any{"profile": "gpu"}), &m); code != http.StatusAccepted {
-		t.Fatalf("start: %d %+v", code, m)
-	}
-	evs := f.api.Progress("hana", "")
+	evs := f.startProgress(t, "hana", map[string]any{"profile": "gpu"})
 	last := evs[len(evs)-1]
 	if !last.Ready {
 		t.Fatalf("spawn ended %+v, want ready after the booking opened", last)
@@ -120,5 +109,57 @@ func TestGPUWaitOutlivesStartTimeout(t *testing.T) {
 	}
 	if !waited || !admitted {
 		t.Errorf("progress lacks the reservation events (waiting %v, admitted %v): %+v", waited, admitted, evs)
+	}
+}
+
+// book books one a5000 GPU for the namespace's user, opening after d,
+// through the admin API.
+func (f *fixture) book(t *testing.T, d time.Duration) reservation.Reservation {
+	t.Helper()
+	opens := time.Now().Add(d).UTC().Truncate(time.Second)
+	var b reservation.Reservation
+	code := f.api.Do(http.MethodPost, "/api/v1/reservations", "admin", true, hubapi.BookingRequest{
+		Owner: f.ns, Workspace: "DSC10", Class: "a5000", GPUs: 1,
+		Start: opens.Format(time.RFC3339), End: opens.Add(time.Hour).Format(time.RFC3339)}, &b)
+	if code != http.StatusCreated {
+		t.Fatalf("booking: %d", code)
+	}
+	return b
+}
+
+// With the opt-in scheduling gate, spawnerd creates the GPU pod gated, so
+// kube-scheduler leaves it alone while it waits; the engine's admission
+// PATCH lifts the gate with the toleration and the server becomes ready.
+func TestGPUSchedulingGateOptIn(t *testing.T) {
+	const gateName = "dsmlp.ucsd.edu/gpu-reservation"
+	f := gpuSetup(t, 60, "  scheduling_gate: "+gateName+"\n")
+	b := f.book(t, 12*time.Second)
+	m := f.begin(t, "ivy", map[string]any{"profile": "gpu"})
+	gated := env.WaitForPod(t, f.ns, m.Pod, "gated and reported SchedulingGated", func(p *corev1.Pod) bool {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonSchedulingGated {
+				return true
+			}
+		}
+		return false
+	})
+	if len(gated.Spec.SchedulingGates) != 1 || gated.Spec.SchedulingGates[0].Name != gateName {
+		t.Fatalf("waiting pod's gates %+v, want only %s", gated.Spec.SchedulingGates, gateName)
+	}
+	evs := f.api.Progress("ivy", "")
+	if last := evs[len(evs)-1]; !last.Ready {
+		t.Fatalf("spawn ended %+v, want ready once booking #%d opened", last, b.ID)
+	}
+	p := env.WaitForPod(t, f.ns, m.Pod, "running", func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+	if len(p.Spec.SchedulingGates) != 0 {
+		t.Errorf("admitted pod still gated: %+v", p.Spec.SchedulingGates)
+	}
+	if p.Annotations["galends/booking-reference"] != fmt.Sprintf("res-%d", b.ID) {
+		t.Errorf("booking-reference %q, want res-%d", p.Annotations["galends/booking-reference"], b.ID)
+	}
+	for _, e := range evs {
+		if strings.Contains(e.Message, "FailedScheduling") {
+			t.Errorf("a gated pod was tried by the scheduler: %s", e.Message)
+		}
 	}
 }

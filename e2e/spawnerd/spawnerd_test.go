@@ -114,6 +114,23 @@ func (f *fixture) start(t *testing.T, user, server string, opts map[string]any) 
 	return f.api.WaitStatus(user, server, "running")
 }
 
+// begin starts a user's default server, expecting 202 (a spawn under way).
+func (f *fixture) begin(t *testing.T, user string, opts map[string]any) harness.ServerModel {
+	t.Helper()
+	var m harness.ServerModel
+	if code := f.api.Do(http.MethodPost, harness.ServerPath(user, ""), user, false, startBody(user, "", opts), &m); code != http.StatusAccepted {
+		t.Fatalf("start %s: status %d, %+v", user, code, m)
+	}
+	return m
+}
+
+// startProgress begins a spawn and returns its whole progress stream.
+func (f *fixture) startProgress(t *testing.T, user string, opts map[string]any) []harness.ProgressEvent {
+	t.Helper()
+	f.begin(t, user, opts)
+	return f.api.Progress(user, "")
+}
+
 // addRoute adds the user's route to the proxy as the hub does after a spawn.
 func (f *fixture) addRoute(t *testing.T, user, target string) string {
 	t.Helper()
@@ -306,11 +323,7 @@ func TestNamedServerBesideDefault(t *testing.T) {
 
 func TestProgressStreamsEventsThenReady(t *testing.T) {
 	f := setup(t, 30)
-	var m harness.ServerModel
-	if code := f.api.Do(http.MethodPost, harness.ServerPath("dave", ""), "dave", false, startBody("dave", "", nil), &m); code != http.StatusAccepted {
-		t.Fatalf("start: %d", code)
-	}
-	evs := f.api.Progress("dave", "")
+	evs := f.startProgress(t, "dave", nil)
 	if len(evs) < 2 {
 		t.Fatalf("progress events: %+v, want pod events then ready", evs)
 	}
@@ -329,10 +342,7 @@ func TestProgressStreamsEventsThenReady(t *testing.T) {
 
 func TestStartTimeoutFailsAndCleansUp(t *testing.T) {
 	f := setup(t, 3)
-	var m harness.ServerModel
-	if code := f.api.Do(http.MethodPost, harness.ServerPath("erin", ""), "erin", false, startBody("erin", "", map[string]any{"profile": "stuck"}), &m); code != http.StatusAccepted {
-		t.Fatalf("start: %d", code)
-	}
+	m := f.begin(t, "erin", map[string]any{"profile": "stuck"})
 	evs := f.api.Progress("erin", "")
 	last := evs[len(evs)-1]
 	if !last.Failed || !strings.Contains(last.Message, "did not become ready within 3 seconds") {
