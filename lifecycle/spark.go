@@ -446,7 +446,9 @@ func (m *Manager) failSpark(ctx context.Context, sp *spawn, why string, log *zap
 // and whatever of its cluster exists.
 func (m *Manager) undoStart(ctx context.Context, ref podRef, uid types.UID, log *zap.Logger) {
 	m.watcher.ExpectStop(ref.namespace, ref.name)
-	if err := m.deletePod(ctx, ref, uid, 0); err != nil {
+	// Wait for the cache too, so that a poll right after the refusal does
+	// not report the removed pod as pending.
+	if err := m.deletePodAndWait(ctx, ref, uid, 0, 10*time.Second); err != nil {
 		log.Warn("start: removing the pod failed", zap.Error(err))
 	}
 	// The cache may not show objects created a moment ago; the garbage
