@@ -51,6 +51,7 @@ bench: tools ## Benchmarks (numbers for the closing notes).
 lint: ## gofmt, go vet, staticcheck.
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@test -x $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck || echo "lint: installing staticcheck $(STATICCHECK_VERSION) (first time: ~1 min)" >&2
 	@test -x $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck || GOBIN=$(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck ./...
 

@@ -58,10 +58,14 @@ type Cluster struct {
 	kubeconfig string
 	rest       *rest.Config
 	client     kubernetes.Interface
-	agent      *localnode.Agent
-	agentStop  context.CancelFunc
-	agentDone  chan struct{}
+	agents     []runningAgent
 	log        *zap.Logger
+}
+
+// runningAgent is one local-runtime node's agent.
+type runningAgent struct {
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 type ports struct {
@@ -140,7 +144,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if opts.Nodes.localRuntime() {
-		if err := c.startAgent(); err != nil {
+		if err := c.startAgents(); err != nil {
 			return nil, err
 		}
 	}
@@ -180,11 +184,11 @@ func (c *Cluster) CAFile() string { return c.pki.caCert }
 // Stop stops the local-runtime agent (and its pods' processes) and every
 // control-plane process, newest first.
 func (c *Cluster) Stop() {
-	if c.agentStop != nil {
-		c.agentStop()
-		<-c.agentDone
-		c.agentStop = nil
+	for _, a := range c.agents {
+		a.stop()
+		<-a.done
 	}
+	c.agents = nil
 	for i := len(c.order) - 1; i >= 0; i-- {
 		c.procs[c.order[i]].stop(10 * time.Second)
 	}
@@ -348,51 +352,68 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, n *corev1.No
 	return nil
 }
 
-func (c *Cluster) startAgent() error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.opts.Dir, "runtime.kubeconfig"))
+// startAgents starts the local-runtime node and, with localRuntimeGPUs, the
+// GPU one beside it.
+func (c *Cluster) startAgents() error {
+	taint := corev1.Taint{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	if err := c.startAgent("runtime", localnode.Options{
+		NodeName:     LocalRuntimeNode,
+		NodeLabels:   map[string]string{LabelLocalRuntime: "true"},
+		Taints:       []corev1.Taint{taint},
+		StateDir:     filepath.Join(c.opts.Dir, "pods"),
+		AddressBlock: 1,
+	}); err != nil {
+		return err
+	}
+	n := c.opts.Nodes.LocalRuntimeGPUs
+	if n == 0 {
+		return nil
+	}
+	class := c.opts.Nodes.LocalRuntimeGPUClass
+	return c.startAgent("runtime-gpu", localnode.Options{
+		NodeName:     LocalRuntimeGPUNode,
+		NodeLabels:   map[string]string{LabelLocalRuntime: "true", LabelGPUClass: class},
+		Extra:        corev1.ResourceList{ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)},
+		Taints:       append([]corev1.Taint{taint}, c.opts.Nodes.reservationTaints(class)...),
+		StateDir:     filepath.Join(c.opts.Dir, "pods-gpu"),
+		AddressBlock: 2,
+	})
+}
+
+// startAgent runs one local-runtime node under the client identity id
+// (its kubeconfig is <id>.kubeconfig), logging to logs/<node>.log.
+func (c *Cluster) startAgent(id string, opts localnode.Options) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.opts.Dir, id+".kubeconfig"))
 	if err != nil {
-		return fmt.Errorf("devcluster: runtime kubeconfig: %w", err)
+		return fmt.Errorf("devcluster: %s kubeconfig: %w", id, err)
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("devcluster: runtime client: %w", err)
+		return fmt.Errorf("devcluster: %s client: %w", id, err)
 	}
 	// The agent logs to its own file beside the other components' logs.
 	logCfg := zap.NewProductionConfig()
-	logCfg.OutputPaths = []string{filepath.Join(c.opts.Dir, "logs", "local-runtime.log")}
+	logCfg.OutputPaths = []string{filepath.Join(c.opts.Dir, "logs", opts.NodeName+".log")}
 	logCfg.ErrorOutputPaths = logCfg.OutputPaths
 	logCfg.Sampling = nil
 	runtimeLog, err := logCfg.Build()
 	if err != nil {
-		return fmt.Errorf("devcluster: runtime log: %w", err)
+		return fmt.Errorf("devcluster: %s log: %w", opts.NodeName, err)
 	}
-	labels := map[string]string{LabelLocalRuntime: "true"}
-	var extra corev1.ResourceList
-	taints := []corev1.Taint{{Key: LocalRuntimeTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
-	if n := c.opts.Nodes.LocalRuntimeGPUs; n > 0 {
-		labels[LabelGPUClass] = c.opts.Nodes.LocalRuntimeGPUClass
-		extra = corev1.ResourceList{ResourceGPU: *resource.NewQuantity(int64(n), resource.DecimalSI)}
-		taints = append(taints, c.opts.Nodes.reservationTaints(c.opts.Nodes.LocalRuntimeGPUClass)...)
-	}
-	agent, err := localnode.New(client, localnode.Options{
-		NodeName:   LocalRuntimeNode,
-		NodeLabels: labels,
-		Extra:      extra,
-		Taints:     taints,
-		StateDir:   filepath.Join(c.opts.Dir, "pods"),
-		Logger:     runtimeLog,
-	})
+	opts.Logger = runtimeLog
+	agent, err := localnode.New(client, opts)
 	if err != nil {
 		return fmt.Errorf("devcluster: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c.agent, c.agentStop, c.agentDone = agent, cancel, make(chan struct{})
+	running := runningAgent{stop: cancel, done: make(chan struct{})}
+	c.agents = append(c.agents, running)
 	go func() {
-		defer close(c.agentDone)
+		defer close(running.done)
 		defer func() { _ = runtimeLog.Sync() }()
 		if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
-			c.log.Error("local runtime stopped", zap.Error(err))
+			c.log.Error("local runtime stopped", zap.String("node", opts.NodeName), zap.Error(err))
 		}
 	}()
 	return nil
@@ -431,10 +452,7 @@ func (c *Cluster) waitAPIServer(ctx context.Context) error {
 }
 
 func (c *Cluster) waitNodesReady(ctx context.Context) error {
-	want := len(c.opts.Nodes.Nodes())
-	if c.opts.Nodes.localRuntime() {
-		want++
-	}
+	want := len(c.opts.Nodes.Nodes()) + len(c.agents)
 	var ready int
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kwok"} {

@@ -15,6 +15,10 @@ import (
 const (
 	// LocalRuntimeNode is the node whose pods really run as local processes.
 	LocalRuntimeNode = "local-runtime"
+	// LocalRuntimeGPUNode is the second local-runtime node, with simulated
+	// GPUs (localRuntimeGPUs). It is a node of its own so that the GPU class
+	// taint it carries never keeps CPU pods off the plain local-runtime node.
+	LocalRuntimeGPUNode = "local-runtime-gpu"
 	// LocalRuntimeTaint keeps ordinary pods off the local-runtime node; pods
 	// meant to run for real tolerate it and select the node by LabelLocalRuntime.
 	LocalRuntimeTaint = "devcluster.dsmlp.io/local-runtime"
@@ -42,8 +46,10 @@ type NodeConfig struct {
 	NodeSets []NodeSet `json:"nodeSets"`
 	// LocalRuntime adds the node whose pods run as local processes. Default true.
 	LocalRuntime *bool `json:"localRuntime,omitempty"`
-	// LocalRuntimeGPUs and LocalRuntimeGPUClass give the local-runtime node
-	// simulated GPUs, so that a GPU profile can reach a real notebook.
+	// LocalRuntimeGPUs and LocalRuntimeGPUClass add a second local-runtime
+	// node, LocalRuntimeGPUNode, with that many simulated GPUs of that class
+	// (and the class taint), so that a GPU profile can reach a real notebook
+	// while CPU pods keep the untainted local-runtime node.
 	LocalRuntimeGPUs     int    `json:"localRuntimeGPUs,omitempty"`
 	LocalRuntimeGPUClass string `json:"localRuntimeGPUClass,omitempty"`
 	// ReservationTaint puts the reservation engine's class taint on every

@@ -36,6 +36,7 @@ var identities = []struct{ name, cn, org string }{
 	{"controller-manager", "system:kube-controller-manager", ""},
 	{"kwok", "kwok-controller", "system:masters"},
 	{"runtime", "system:node:" + LocalRuntimeNode, "system:nodes"},
+	{"runtime-gpu", "system:node:" + LocalRuntimeGPUNode, "system:nodes"},
 }
 
 type certAuthority struct {

@@ -11,6 +11,12 @@ etcd_dir="$cache/etcd-$ETCD_VERSION"
 kwok_dir="$cache/kwok-$KWOK_VERSION"
 helm_dir="$cache/helm-$HELM_VERSION"
 log() { echo "tools: $*" >&2; }
+# step NAME: after a build, how long it took, so that a first run shows it is moving.
+began=$SECONDS
+took() { log "$1 done in $(( (SECONDS - began) / 60 )) min $(( (SECONDS - began) % 60 )) s"; began=$SECONDS; }
+if [[ ! -x "$k8s_dir/kubectl" || ! -x "$etcd_dir/etcd" || ! -x "$kwok_dir/kwok" || ! -x "$helm_dir/helm" ]]; then
+  log "first build of the pinned control-plane tools into $cache (15 to 30 min on 2 cores, once; later runs reuse it)"
+fi
 
 if [[ ! -x "$k8s_dir/kubectl" ]]; then
   log "building kube-apiserver, kube-scheduler, kube-controller-manager, kubectl $KUBERNETES_VERSION (first time: ~15 min on 2 cores)"
@@ -21,18 +27,21 @@ if [[ ! -x "$k8s_dir/kubectl" ]]; then
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
   rm -rf "$k8s_dir" && mv "$k8s_dir.tmp" "$k8s_dir"
+  took "Kubernetes $KUBERNETES_VERSION"
 fi
 if [[ ! -x "$etcd_dir/etcd" ]]; then
-  log "building etcd $ETCD_VERSION"
+  log "building etcd $ETCD_VERSION (first time: ~2 min)"
   mkdir -p "$etcd_dir.tmp"
   (cd "$root/tools/etcd" && go build -trimpath -ldflags "-s -w" -o "$etcd_dir.tmp/etcd" go.etcd.io/etcd/server/v3)
   rm -rf "$etcd_dir" && mv "$etcd_dir.tmp" "$etcd_dir"
+  took "etcd $ETCD_VERSION"
 fi
 if [[ ! -x "$kwok_dir/kwok" ]]; then
   log "installing kwok $KWOK_VERSION (first time: ~4 min)"
   mkdir -p "$kwok_dir.tmp"
   GOBIN="$kwok_dir.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   rm -rf "$kwok_dir" && mv "$kwok_dir.tmp" "$kwok_dir"
+  took "kwok $KWOK_VERSION"
 fi
 if [[ ! -x "$helm_dir/helm" ]]; then
   log "building helm $HELM_VERSION (first time: ~5 min)"
@@ -48,6 +57,7 @@ if [[ ! -x "$helm_dir/helm" ]]; then
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kube_minor -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kube_minor" \
     helm.sh/helm/v3/cmd/helm)
   rm -rf "$helm_dir" && mv "$helm_dir.tmp" "$helm_dir"
+  took "helm $HELM_VERSION"
 fi
 mkdir -p "$cache/bin"
 for f in "$k8s_dir"/* "$etcd_dir/etcd" "$kwok_dir/kwok" "$helm_dir/helm"; do ln -sf "$f" "$cache/bin/$(basename "$f")"; done

@@ -18,6 +18,8 @@ import (
 )
 
 const adminUsage = `usage: spawnerd admin [--url URL] [--shared-secret-file FILE] COMMAND
+  servers [USER [SERVER]]       every server as a table, or one server (with its last events) as JSON
+  token                         print an admin token (valid 1 min) for curl: -H "Authorization: Bearer $TOKEN"
   bookings list [--owner U] [--class C] [--kind K] [--state S]
   bookings create --owner U --workspace W --class C --gpus N --start RFC3339 --end RFC3339
   bookings cancel ID [--by user|other]
@@ -47,6 +49,15 @@ func admin(args []string) error {
 	}
 	c := &adminClient{base: strings.TrimSuffix(*base, "/") + "/api/v1", secret: secret, out: os.Stdout}
 	switch cmd, sub := rest[0], rest[1:]; cmd {
+	case "servers":
+		return c.servers(sub)
+	case "token":
+		tok, err := hubapi.Sign(secret, "admin", true, time.Now())
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(c.out, tok)
+		return err
 	case "bookings":
 		if len(sub) == 0 {
 			return errors.New("bookings needs list, create, cancel or reassign")
@@ -108,6 +119,35 @@ type adminClient struct {
 	base   string
 	secret []byte
 	out    io.Writer
+}
+
+// servers lists every server as a table, or shows one as JSON.
+func (c *adminClient) servers(args []string) error {
+	if len(args) > 0 {
+		path := "/servers/" + url.PathEscape(args[0])
+		if len(args) > 1 && args[1] != "" {
+			path += "/" + url.PathEscape(args[1])
+		}
+		return c.show(http.MethodGet, path, nil)
+	}
+	var list hubapi.ServerList
+	if err := c.call(http.MethodGet, "/servers", nil, &list); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "USER\tSERVER\tSTATUS\tPOD\tNAMESPACE\tNODE\tAGE\tMESSAGE")
+	for _, s := range list.Servers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.User, orDash(s.Server), s.Status, s.Pod, s.Namespace,
+			orDash(s.Node), orDash(s.Age), s.Message)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (c *adminClient) bookings(cmd string, args []string) error {

@@ -5,11 +5,13 @@ package localnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -43,8 +45,11 @@ type Options struct {
 	CPU, Memory string
 	Pods        int
 	// Extra is added to the capacity (e.g. simulated nvidia.com/gpu).
-	Extra  corev1.ResourceList
-	Logger *zap.Logger
+	Extra corev1.ResourceList
+	// AddressBlock is the second octet of the pods' loopback addresses
+	// (127.<block>.x.y), so that two agents never hand out the same one. Default 1.
+	AddressBlock byte
+	Logger       *zap.Logger
 }
 
 // Agent runs the pods bound to one node.
@@ -78,12 +83,15 @@ func New(client kubernetes.Interface, opts Options) (*Agent, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.AddressBlock == 0 {
+		opts.AddressBlock = 1
+	}
 	return &Agent{
 		client: client,
 		opts:   opts,
 		log:    opts.Logger,
 		runs:   map[string]*podRun{},
-		ips:    newIPPool(),
+		ips:    newIPPool(opts.AddressBlock),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "localnode"}),
 	}, nil
@@ -378,34 +386,74 @@ func shortUID(uid types.UID) string {
 	return s
 }
 
-// ipPool hands out loopback addresses 127.1.x.y, one per running pod, so
-// every pod can listen on the same port as it would in its own network namespace.
+// ipPool hands out loopback addresses 127.<block>.x.y, one per running pod, so
+// every pod can listen on the same port as it would in its own network
+// namespace. Several dev clusters may run on one machine, each with its own
+// pools: an address is taken only while this process holds an exclusive
+// flock on a file named after it in a machine-wide folder, so no two pods
+// anywhere on the machine get the same one. The kernel drops the lock when
+// the holder dies, so a crashed cluster leaks nothing.
 type ipPool struct {
 	mu    sync.Mutex
-	used  map[string]bool
+	block byte
+	dir   string
+	used  map[string]*os.File // address → its held lock file
 	next  int
 	limit int
 }
 
-func newIPPool() *ipPool { return &ipPool{used: map[string]bool{}, limit: 65534} }
+func newIPPool(block byte) *ipPool {
+	return &ipPool{block: block, dir: filepath.Join(os.TempDir(), "devcluster-loopback"), used: map[string]*os.File{}, limit: 65534}
+}
 
 func (p *ipPool) allocate() (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := os.MkdirAll(p.dir, 0o777); err != nil {
+		return "", fmt.Errorf("loopback address locks: %w", err)
+	}
 	for i := 0; i < p.limit; i++ {
 		n := (p.next+i)%p.limit + 1
-		ip := net.IPv4(127, 1, byte(n>>8), byte(n)).String()
-		if !p.used[ip] {
-			p.used[ip] = true
-			p.next = n
-			return ip, nil
+		ip := net.IPv4(127, p.block, byte(n>>8), byte(n)).String()
+		if _, mine := p.used[ip]; mine {
+			continue
 		}
+		lock, ok, err := tryLock(filepath.Join(p.dir, ip))
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			continue // another cluster's pod has it
+		}
+		p.used[ip] = lock
+		p.next = n
+		return ip, nil
 	}
 	return "", fmt.Errorf("no free loopback address")
 }
 
 func (p *ipPool) release(ip string) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lock := p.used[ip]; lock != nil {
+		_ = lock.Close() // closing the file drops its flock
+	}
 	delete(p.used, ip)
-	p.mu.Unlock()
+}
+
+// tryLock takes an exclusive, non-blocking flock on path; ok is false when
+// another holder has it.
+func tryLock(path string) (f *os.File, ok bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, false, fmt.Errorf("loopback address lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("loopback address lock %s: %w", path, err)
+	}
+	return f, true, nil
 }

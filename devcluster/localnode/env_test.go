@@ -22,8 +22,16 @@ func TestExpandVars(t *testing.T) {
 	}
 }
 
+// testPool is a pool whose address locks live in the test's own folder, so
+// that a dev cluster running on the machine meanwhile changes nothing.
+func testPool(t *testing.T, block byte, dir string) *ipPool {
+	p := newIPPool(block)
+	p.dir = dir
+	return p
+}
+
 func TestIPPoolUniqueAndReleased(t *testing.T) {
-	p := newIPPool()
+	p := testPool(t, 1, t.TempDir())
 	seen := map[string]bool{}
 	for i := 0; i < 300; i++ {
 		ip, err := p.allocate()
@@ -43,5 +51,41 @@ func TestIPPoolUniqueAndReleased(t *testing.T) {
 	}
 	if _, err := p.allocate(); err == nil {
 		t.Fatal("a full pool handed out an address")
+	}
+}
+
+func TestIPPoolBlocksDoNotOverlap(t *testing.T) {
+	dir := t.TempDir()
+	a, b := testPool(t, 1, dir), testPool(t, 2, dir)
+	ipA, errA := a.allocate()
+	ipB, errB := b.allocate()
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if ipA != "127.1.0.1" || ipB != "127.2.0.1" {
+		t.Fatalf("first addresses of blocks 1 and 2 = %s, %s; want 127.1.0.1, 127.2.0.1", ipA, ipB)
+	}
+}
+
+// Two pools of the same block (two dev clusters on one machine) never hand
+// out the same address, and one's release makes it the other's.
+func TestIPPoolsShareTheMachine(t *testing.T) {
+	dir := t.TempDir()
+	a, b := testPool(t, 1, dir), testPool(t, 1, dir)
+	ipA, err := a.allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipB, err := b.allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ipA == ipB {
+		t.Fatalf("two pools both handed out %s", ipA)
+	}
+	a.release(ipA)
+	b.limit, b.next = 1, 0 // b may now only try 127.1.0.1, which a released
+	if ip, err := b.allocate(); err != nil || ip != ipA {
+		t.Fatalf("after the other pool released %s: got %s, %v", ipA, ip, err)
 	}
 }

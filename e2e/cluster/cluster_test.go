@@ -266,9 +266,22 @@ func TestFaultDeleteNode(t *testing.T) {
 	if _, err := env.Client.CoreV1().Nodes().Get(context.Background(), "cpu-2", metav1.GetOptions{}); err == nil {
 		t.Fatal("node still exists")
 	}
-	// The pod garbage collector removes pods bound to a node that no longer exists.
-	env.WaitForPodGone(t, ns, "orphan")
+	// The pod garbage collector removes pods bound to a node that no longer
+	// exists, at its own pace: a pass every podGCPeriod finds the orphan and
+	// quarantines its node for podGCQuarantine, and the first pass after that
+	// deletes it. So the deletion comes at most 2 periods + the quarantine
+	// after the node went, plus the time the busy machine takes to run them.
+	env.WaitForPodGoneWithin(t, ns, "orphan", 2*podGCPeriod+podGCQuarantine+podGCSlack)
 }
+
+// The pod garbage collector's loop period and orphan quarantine: constants
+// gcCheckPeriod and quarantineTime in kubernetes' pkg/controller/podgc
+// (v1.37), not flags, so they cannot be shortened for the test.
+const (
+	podGCPeriod     = 20 * time.Second
+	podGCQuarantine = 40 * time.Second
+	podGCSlack      = 30 * time.Second
+)
 
 func recreateNode(t *testing.T, name string) {
 	for _, n := range devcluster.DefaultNodeConfig().Nodes() {

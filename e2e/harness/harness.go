@@ -173,7 +173,14 @@ func (e *Env) WaitForPod(t testing.TB, ns, name string, what string, cond func(*
 // WaitForPodGone polls until the pod no longer exists.
 func (e *Env) WaitForPodGone(t testing.TB, ns, name string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), Interval, Timeout, true, func(ctx context.Context) (bool, error) {
+	e.WaitForPodGoneWithin(t, ns, name, Timeout)
+}
+
+// WaitForPodGoneWithin is WaitForPodGone with a deadline of the caller's,
+// for a deletion whose pace a component sets (the pod garbage collector's).
+func (e *Env) WaitForPodGoneWithin(t testing.TB, ns, name string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), Interval, timeout, true, func(ctx context.Context) (bool, error) {
 		_, err := e.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err != nil, nil
 	})
