@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -78,6 +79,9 @@ type Controller struct {
 	nodes     corelisters.NodeLister
 	nodeInf   cache.SharedIndexInformer
 	pauseInf  cache.SharedIndexInformer
+	// unmanaged are the bound, live pods without the class label, trimmed
+	// to where they run and how many GPUs they hold.
+	unmanaged cache.SharedIndexInformer
 	wake      chan struct{}
 	events    chan queuedEvent
 	backlog   atomic.Int64
@@ -166,7 +170,18 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.pauseName()).String()
 		}))
 	c.pauseInf = pauseFactory.Core().V1().ConfigMaps().Informer()
-	c.startFactories = []interface{ Start(<-chan struct{}) }{c.factory, nodeFactory, pauseFactory}
+	// A pod without the class label that holds GPUs on a class node (made
+	// before the toleration policy, by an exempt identity, or bound straight
+	// to the node) still uses them: it is counted, or capacity would be
+	// promised twice. Only its node, phase and GPU count are kept.
+	unmanagedFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = "!" + reservation.ClassLabel
+			o.FieldSelector = "spec.nodeName!=,status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
+		}))
+	c.unmanaged = unmanagedFactory.Core().V1().Pods().Informer()
+	_ = c.unmanaged.SetTransform(gpuStub)
+	c.startFactories = []interface{ Start(<-chan struct{}) }{c.factory, nodeFactory, pauseFactory, unmanagedFactory}
 
 	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -198,8 +213,57 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	}
 	_, _ = c.nodeInf.AddEventHandler(poke)
 	_, _ = c.pauseInf.AddEventHandler(poke)
+	// Only a change of GPUs held wakes the engine: notebook pods come and go
+	// far more often than GPUs move.
+	_, _ = c.unmanaged.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if holdsGPUs(obj) {
+				c.poke()
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if holdsGPUs(old) || holdsGPUs(obj) {
+				c.poke()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if holdsGPUs(obj) {
+				c.poke()
+			}
+		},
+	})
 	_, _ = store.Informer().AddEventHandler(poke)
 	return c, nil
+}
+
+// gpuStub trims an unmanaged pod to what occupancy needs: where it runs,
+// whether it is live, and one container holding its GPUs (none if it holds
+// none), so that thousands of CPU pods cost little memory.
+func gpuStub(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	stub := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			DeletionTimestamp: p.DeletionTimestamp, CreationTimestamp: p.CreationTimestamp},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	if n := reservation.PodGPUs(p); n > 0 {
+		stub.Spec.Containers = []corev1.Container{{Name: "gpus", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{reservation.GPUResource: *resource.NewQuantity(int64(n), resource.DecimalSI)}}}}
+	}
+	return stub, nil
+}
+
+// holdsGPUs reports whether a trimmed unmanaged pod holds any GPU.
+func holdsGPUs(obj any) bool {
+	p, ok := obj.(*corev1.Pod)
+	return ok && len(p.Spec.Containers) > 0
 }
 
 func (c *Controller) poke() {
@@ -213,7 +277,8 @@ func (c *Controller) pauseName() string { return c.opts.Name + "-paused" }
 
 // HasSynced reports whether every cache has synced.
 func (c *Controller) HasSynced() bool {
-	return c.pods.HasSynced() && c.nodeInf.HasSynced() && c.pauseInf.HasSynced() && c.store.Informer().HasSynced()
+	return c.pods.HasSynced() && c.nodeInf.HasSynced() && c.pauseInf.HasSynced() && c.unmanaged.HasSynced() &&
+		c.store.Informer().HasSynced()
 }
 
 // Leading reports whether this replica decides.
@@ -311,6 +376,11 @@ func (c *Controller) Snapshot() reservation.Snapshot {
 		}
 	}
 	c.mu.Unlock()
+	for _, obj := range c.unmanaged.GetStore().List() {
+		if holdsGPUs(obj) {
+			pods = append(pods, obj.(*corev1.Pod))
+		}
+	}
 	nodes, _ := c.nodes.List(everything)
 	snap := reservation.Snapshot{Now: now, Pods: pods, Nodes: nodes, Reservations: c.store.List()}
 	if items := c.pauseInf.GetStore().List(); len(items) > 0 {

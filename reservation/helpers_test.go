@@ -326,7 +326,7 @@ func (w *world) step(d time.Duration) {
 	used := map[string]int{}
 	for _, p := range w.pods {
 		if p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			used[p.Spec.NodeName] += podGPUs(p)
+			used[p.Spec.NodeName] += PodGPUs(p)
 		}
 	}
 	for i, p := range w.pods {
@@ -336,7 +336,7 @@ func (w *world) step(d time.Duration) {
 		class := p.Labels[ClassLabel]
 		for _, n := range w.nodes {
 			free := int(n.Status.Allocatable.Name(GPUResource, resource.DecimalSI).Value()) - used[n.Name]
-			if n.Spec.Taints[0].Value != class || n.Spec.Unschedulable || !nodeReady(n) || free < podGPUs(p) ||
+			if n.Spec.Taints[0].Value != class || n.Spec.Unschedulable || !nodeReady(n) || free < PodGPUs(p) ||
 				!selectorMatches(p.Spec.NodeSelector, n) {
 				continue
 			}
@@ -345,7 +345,7 @@ func (w *world) step(d time.Duration) {
 			q.Status.Phase = corev1.PodRunning
 			q.Status.Conditions = nil
 			w.pods[i] = q
-			used[n.Name] += podGPUs(p)
+			used[n.Name] += PodGPUs(p)
 			break
 		}
 	}

@@ -182,10 +182,10 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// podGPUs is the pod's effective nvidia.com/gpu request, as the scheduler
+// PodGPUs is the pod's effective nvidia.com/gpu request, as the scheduler
 // computes it: the larger of the largest init container and the sum of the
 // app containers, each container's limit or else its request.
-func podGPUs(pod *corev1.Pod) int {
+func PodGPUs(pod *corev1.Pod) int {
 	one := func(c *corev1.Container) int64 {
 		if q, ok := c.Resources.Limits[GPUResource]; ok {
 			return q.Value()

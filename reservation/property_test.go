@@ -322,9 +322,9 @@ func (s *sim) checkWorld(plan Plan) {
 		if !live(p) || !admitted(p) {
 			continue
 		}
-		occ[parseRef(p.Annotations[prefix+AnnBookingReference])] += podGPUs(p)
+		occ[parseRef(p.Annotations[prefix+AnnBookingReference])] += PodGPUs(p)
 		if p.Spec.NodeName == "" || counted[p.Spec.NodeName] {
-			held[p.Labels[ClassLabel]] += podGPUs(p)
+			held[p.Labels[ClassLabel]] += PodGPUs(p)
 		}
 	}
 	leases := map[types.UID]int{}

@@ -210,7 +210,7 @@ func (c *cycle) indexPods(pods []*corev1.Pod) {
 		if !live && class == "" {
 			continue
 		}
-		gpus := podGPUs(pod)
+		gpus := PodGPUs(pod)
 		var onNode *nodeState
 		if n := c.nodes[pod.Spec.NodeName]; live && n != nil && n.counted {
 			onNode = n

@@ -58,7 +58,7 @@ var classNodes = []struct {
 }{
 	{"wait", 1, 4}, {"full", 1, 4}, {"small", 1, 4}, {"deny", 1, 4}, {"misc", 2, 4}, {"node", 2, 2},
 	{"relink", 1, 4}, {"over", 1, 4}, {"best", 1, 4}, {"pre", 1, 2}, {"cancel", 1, 4}, {"reassign", 1, 4},
-	{"work", 2, 8}, {"bench", 20, 8},
+	{"work", 2, 8}, {"bench", 20, 8}, {"foreign", 1, 2},
 }
 
 const (
