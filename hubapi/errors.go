@@ -40,6 +40,8 @@ func toStatus(err error) (int, ErrorBody) {
 		return http.StatusNotFound, ErrorBody{Error: err.Error()}
 	case errors.Is(err, lifecycle.ErrConflict):
 		return http.StatusConflict, ErrorBody{Error: err.Error()}
+	case errors.Is(err, lifecycle.ErrActive):
+		return http.StatusConflict, ErrorBody{Error: err.Error(), Field: "server"}
 	case errors.Is(err, lifecycle.ErrQuota):
 		return http.StatusForbidden, ErrorBody{Error: err.Error(), Field: "resources"}
 	case errors.As(err, &he):

@@ -33,6 +33,7 @@ type Servers interface {
 	Server(key lifecycle.Key) *lifecycle.Server
 	ServerWithEvents(key lifecycle.Key, max int) *lifecycle.Server
 	Stop(ctx context.Context, key lifecycle.Key, now bool, wait time.Duration) (bool, error)
+	DeleteForever(ctx context.Context, key lifecycle.Key, saved lifecycle.SavedState) (*lifecycle.StorageDeletion, error)
 	Progress(ctx context.Context, key lifecycle.Key, fn func(lifecycle.Event) error) error
 	List() []*lifecycle.Server
 }
@@ -91,6 +92,7 @@ func New(opts Options) *echo.Echo {
 		api.GET(p, h.poll)
 		api.DELETE(p, h.stop)
 		api.GET(p+"/progress", h.progress)
+		api.DELETE(p+"/storage", h.deleteForever)
 	}
 	admin := api.Group("/servers", requireAdmin)
 	admin.GET("", h.list)
@@ -116,6 +118,15 @@ type StartRequest struct {
 	UserID       int    `json:"user_id"`
 	HubVersion   string `json:"hub_version"`
 	StartTimeout int    `json:"start_timeout"`
+	// State is what the hub saved of the server that the start reads back.
+	State *StartState `json:"state"`
+}
+
+// StartState is the part of the hub's saved state a start uses.
+type StartState struct {
+	// PVCName is the saved pvc_name: with remember_pvc_name the start
+	// uses it instead of pvc_name_template's expansion.
+	PVCName string `json:"pvc_name"`
 }
 
 // ProfilesResponse is the profile list for the hub's options form.
@@ -193,9 +204,14 @@ func (h *handlers) start(c echo.Context) error {
 	if body.APIToken != "" && env["JUPYTERHUB_API_TOKEN"] == "" {
 		env["JUPYTERHUB_API_TOKEN"] = body.APIToken
 	}
-	srv, err := h.opts.Servers.Start(c.Request().Context(), spawner.Request{
-		User: key.User, Server: key.Server, UserID: body.UserID, Env: env, UserOptions: body.UserOptions,
-	})
+	req := spawner.Request{User: key.User, Server: key.Server, UserID: body.UserID, Env: env, UserOptions: body.UserOptions}
+	if body.State != nil {
+		if err := checkPVCName(body.State.PVCName, "state.pvc_name"); err != nil {
+			return err
+		}
+		req.SavedPVCName = body.State.PVCName
+	}
+	srv, err := h.opts.Servers.Start(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}

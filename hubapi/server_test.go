@@ -26,6 +26,9 @@ var secret = []byte("unit-test-shared-secret-0123456789")
 type fakeServers struct {
 	started []spawner.Request
 	stopped []lifecycle.Key
+	// forever records DeleteForever calls; foreverErr is their answer.
+	forever    []foreverCall
+	foreverErr error
 }
 
 func (f *fakeServers) Start(_ context.Context, req spawner.Request) (*lifecycle.Server, error) {

@@ -4,9 +4,11 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +61,9 @@ type Manager struct {
 	log     *zap.Logger
 	clock   clock.WithTicker
 	metrics *Metrics
-	gate    string // scheduling gate for GPU pods; empty: none
+	gate    string         // scheduling gate for GPU pods; empty: none
+	res     Reservations   // nil without the reservation engine
+	loc     *time.Location // for times in progress messages
 	// spark is nil unless the configuration can declare Spark clusters.
 	spark *sparkSupport
 
@@ -79,6 +83,10 @@ type spawn struct {
 	events   *eventLog
 	started  time.Time
 	cancel   context.CancelFunc
+	// pvc is the PVC this spawn ensured (storage_pvc_ensure), "" if none:
+	// the state's pvc_name, as KubeSpawner's get_state reports it only once
+	// the PVC is known to exist.
+	pvc string
 	// spark is the spawn's Spark cluster, nil if it has none; sparkSeen
 	// is followed by follow alone.
 	spark     *spawner.SparkCluster
@@ -108,6 +116,11 @@ type Options struct {
 	// very large pending counts; the reservation events still explain the
 	// wait.
 	SchedulingGate string
+	// Reservations, when set, is the GPU reservation engine's state; a
+	// waiting GPU spawn's progress reads it to say when a GPU could be free.
+	Reservations Reservations
+	// Location renders times in progress messages. Default time.Local.
+	Location *time.Location
 }
 
 // New returns a manager for the configuration, writing through client and
@@ -129,6 +142,7 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 	m := &Manager{
 		client: client, cfg: cfg, base: base, watcher: w,
 		log: opts.Logger, clock: opts.Clock, metrics: opts.Metrics, gate: opts.SchedulingGate,
+		res: opts.Reservations, loc: cmp.Or(opts.Location, time.Local),
 		spawns: map[Key]*spawn{}, located: map[Key]podRef{},
 	}
 	if err := m.initSpark(); err != nil {
@@ -203,6 +217,9 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 	}
 	spawnCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sp := &spawn{key: key, ref: ref, uid: uid, settings: settings, events: newEventLog(), started: m.clock.Now(), cancel: cancel, spark: cluster}
+	if objs.PVC != nil {
+		sp.pvc = objs.PVC.Name
+	}
 	m.mu.Lock()
 	if old := m.spawns[key]; old != nil {
 		old.cancel()
@@ -228,11 +245,9 @@ func (m *Manager) createObjects(ctx context.Context, objs *spawner.Objects, req 
 		}
 	}
 	if objs.PVC != nil {
-		_, err := core.PersistentVolumeClaims(objs.PVC.Namespace).Create(ctx, objs.PVC, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", false, fmt.Errorf("creating PVC %s: %w", objs.PVC.Name, classify(err))
+		if err := m.ensurePVC(ctx, objs.PVC, log); err != nil {
+			return "", false, err
 		}
-		log.Info("start: PVC ensured", zap.String("pvc", objs.PVC.Name))
 	}
 	pod := objs.Pod
 	adopted := false
@@ -275,13 +290,20 @@ func classify(err error) error {
 
 func containsQuota(msg string) bool { return strings.Contains(msg, "exceeded quota") }
 
+// eventSettle bounds how long a spawn whose pod runs waits for the
+// scheduler's and kubelet's events before it reports ready: they are
+// written asynchronously and can reach the cache after the pod's status.
+const eventSettle = 5 * time.Second
+
 // follow records the pod's events as progress and ends the spawn when the
-// pod is ready, when it stops, or at start_timeout (then it removes the pod).
+// pod is ready (and its events so far are told), when it stops, or at
+// start_timeout (then it removes the pod).
 func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 	changed, unsubscribe := m.watcher.Subscribe(sp.ref.namespace, sp.ref.name)
 	defer unsubscribe()
 	sparkChanged, unsubscribeSpark := m.subscribeSpark(sp)
 	defer unsubscribeSpark()
+	deadline := m.clock.Now().Add(time.Duration(sp.settings.StartTimeout) * time.Second)
 	timeout := m.clock.NewTimer(time.Duration(sp.settings.StartTimeout) * time.Second)
 	defer timeout.Stop()
 	var slow <-chan time.Time
@@ -290,30 +312,42 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 		defer t.Stop()
 		slow = t.C()
 	}
+	var freeAt func(string, int) (time.Time, bool)
+	if m.res != nil {
+		freeAt = m.gpuFreeAt
+	}
+	tell := newNarrator(sp.settings, m.loc, freeAt)
 	seen := map[types.UID]bool{}
+	reasons := map[string]bool{} // of the pod's events so far
 	progress, sawPod := 0, false
 	hold := reservationHold{}
+	var settle <-chan time.Time // set once the pod runs with events missing
+	settled := false
 	for {
 		for _, ev := range m.watcher.Events(sp.ref.namespace, sp.ref.name) {
 			if seen[ev.UID] || (ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != sp.uid) {
 				continue
 			}
-			seen[ev.UID] = true
+			seen[ev.UID], reasons[ev.Reason] = true, true
+			// The hold may move the deadline, and the headline states it.
+			hold.see(ev)
+			now := m.clock.Now()
+			if d, ok := hold.deadline(now, sp); ok {
+				timeout.Reset(d)
+				deadline = now.Add(d)
+			}
+			msg := tell.headline(ev, now, deadline)
 			if sp.settings.EventsEnabled {
 				progress += (90 - progress) / 3
 				p := progress
-				sp.events.append(Event{Progress: &p, Message: eventMessage(ev), RawEvent: rawEvent(ev)})
+				sp.events.append(Event{Progress: &p, Message: msg, RawEvent: rawEvent(ev)})
 			}
-			hold.see(ev)
 		}
 		if hold.fix != "" {
 			why := "GPU reservation: " + hold.fix
 			log.Warn("start: the GPU reservation engine holds the pod until it is changed; failing the spawn", zap.String("why", why))
 			m.abortSpawn(ctx, sp, why, "failed", log)
 			return
-		}
-		if d, ok := hold.deadline(m.clock.Now(), sp); ok {
-			timeout.Reset(d)
 		}
 		progress = m.sparkProgress(sp, progress)
 		st := m.watcher.Status(sp.ref.namespace, sp.ref.name)
@@ -322,12 +356,29 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 		}
 		switch {
 		case st.State == poll.StateRunning && st.Pod.UID == sp.uid && m.sparkReady(sp):
+			missing := missingEvents(st.Pod, reasons)
+			if sp.settings.EventsEnabled && len(missing) > 0 {
+				if !settled {
+					if settle == nil {
+						t := m.clock.NewTimer(eventSettle)
+						defer t.Stop()
+						settle = t.C()
+					}
+					break // ready once the events are told, or the wait runs out
+				}
+				noun := "event"
+				if len(missing) > 1 {
+					noun = "events"
+				}
+				sp.events.append(Event{Message: fmt.Sprintf("The server is running; Kubernetes has not reported its %s %s yet (waited %s).",
+					strings.Join(missing, " and "), noun, eventSettle)})
+			}
 			url := spawner.PodURL(st.Pod, sp.settings)
 			m.finish(sp, url, "")
 			elapsed := m.clock.Since(sp.started)
 			m.metrics.spawns.WithLabelValues("ready").Inc()
 			m.metrics.spawnSeconds.Observe(elapsed.Seconds())
-			log.Info("start: server ready", zap.String("url", url), zap.Duration("elapsed", elapsed))
+			log.Info("start: server ready", zap.String("url", url), zap.Duration("elapsed", elapsed), zap.Strings("missing_events", missing))
 			return
 		case sawPod && st.State.Stopped():
 			why := "the pod stopped before it was ready"
@@ -352,14 +403,19 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			return
 		case <-changed:
 		case <-sparkChanged:
+		case <-settle:
+			settled = true
 		case <-slow:
 			if waited := m.clock.Since(sp.started); waited >= time.Duration(sp.settings.SlowSpawnMessageThreshold)*time.Second {
 				sp.events.append(Event{Message: slowMessage(sp.settings.SlowSpawnMessage, waited)})
 			}
 		case <-timeout.C():
-			why := fmt.Sprintf("pod %s/%s did not become ready within %d seconds", sp.ref.namespace, sp.ref.name, sp.settings.StartTimeout)
-			if evs := m.watcher.Events(sp.ref.namespace, sp.ref.name); len(evs) > 0 {
-				why += "; last event: " + evs[len(evs)-1].Message
+			limit := int(deadline.Sub(sp.started).Round(time.Second).Seconds())
+			why := fmt.Sprintf("pod %s/%s did not become ready within %d seconds", sp.ref.namespace, sp.ref.name, limit)
+			// The newest explanation, not the newest raw event: for a
+			// waiting GPU pod that is the engine's reason, not the taint.
+			if tell.last != "" {
+				why += "; last event: " + tell.last
 			}
 			if sp.spark != nil {
 				why += "; " + m.sparkState(sp)
@@ -566,7 +622,9 @@ func (m *Manager) locate(key Key) podRef {
 	return ref
 }
 
-func eventMessage(ev *corev1.Event) string {
+// eventTimestamp is when an event last happened, as KubeSpawner reads it:
+// lastTimestamp, else eventTime (the events.k8s.io API's), else creation.
+func eventTimestamp(ev *corev1.Event) time.Time {
 	ts := ev.LastTimestamp.Time
 	if ts.IsZero() {
 		ts = ev.EventTime.Time
@@ -574,16 +632,51 @@ func eventMessage(ev *corev1.Event) string {
 	if ts.IsZero() {
 		ts = ev.CreationTimestamp.Time
 	}
-	return fmt.Sprintf("%s [%s] %s", ts.UTC().Format(time.RFC3339), ev.Type, ev.Message)
+	return ts
 }
 
+// rawEvent is the Kubernetes event behind a progress message, with its own
+// text: the hub-side relay lists it in the page's event log.
 func rawEvent(ev *corev1.Event) map[string]any {
 	return map[string]any{
 		"reason": ev.Reason, "type": ev.Type, "message": ev.Message,
+		"lastTimestamp":      eventTimestamp(ev).UTC().Format(time.RFC3339),
 		"source":             ev.Source.Component,
 		"reportingComponent": ev.ReportingController,
 		"involvedObject":     map[string]string{"kind": ev.InvolvedObject.Kind, "name": ev.InvolvedObject.Name, "namespace": ev.InvolvedObject.Namespace},
 	}
+}
+
+// missingEvents names the events a running pod should have by now but the
+// cache has not shown: the scheduler's Scheduled once the pod is bound, and
+// the kubelet's Started once a container runs.
+func missingEvents(pod *corev1.Pod, seen map[string]bool) []string {
+	var out []string
+	if !seen["Scheduled"] && slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue
+	}) {
+		out = append(out, "Scheduled")
+	}
+	if !seen["Started"] && slices.ContainsFunc(pod.Status.ContainerStatuses, func(c corev1.ContainerStatus) bool { return c.State.Running != nil }) {
+		out = append(out, "Started")
+	}
+	return out
+}
+
+// gpuFreeAt asks the reservation engine's state when gpus GPUs of a class
+// could be free; best effort, as it only adds to a message.
+func (m *Manager) gpuFreeAt(class string, gpus int) (time.Time, bool) {
+	classes, err := m.res.Classes(0)
+	if err != nil {
+		m.log.Debug("progress: reading GPU class status failed", zap.String("class", class), zap.Error(err))
+		return time.Time{}, false
+	}
+	for _, c := range classes {
+		if c.Class == class {
+			return gpusFreeAt(m.res.Reservations(), class, c.Capacity, gpus, m.clock.Now())
+		}
+	}
+	return time.Time{}, false
 }
 
 func slowMessage(tmpl string, waited time.Duration) string {

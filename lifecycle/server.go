@@ -76,9 +76,11 @@ func (m *Manager) Server(key Key) *Server {
 	s.Spark = m.sparkStatus(ref)
 	if st.Pod != nil {
 		describePod(s, st.Pod, m.clockNow())
-		if pvc := pvcOf(st.Pod); pvc != "" {
-			s.State["pvc_name"] = pvc
-		}
+	}
+	// Only a PVC the spawn ensured is the server's own (a mounted claim may
+	// be shared), so only that one is named, as in KubeSpawner's get_state.
+	if sp != nil && sp.pvc != "" {
+		s.State["pvc_name"] = sp.pvc
 	}
 	var done bool
 	var url, failed string
@@ -174,15 +176,6 @@ func describePod(s *Server, pod *corev1.Pod, now time.Time) {
 	created := pod.CreationTimestamp.Time
 	s.Created = &created
 	s.Age = now.Sub(created).Round(time.Second).String()
-}
-
-func pvcOf(pod *corev1.Pod) string {
-	for _, v := range pod.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			return v.PersistentVolumeClaim.ClaimName
-		}
-	}
-	return ""
 }
 
 func stopReason(s poll.StopInfo) *StopReason {

@@ -2,7 +2,9 @@ package spawner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -58,6 +60,26 @@ type Settings struct {
 	// IP is the address the server binds to, passed in
 	// JUPYTERHUB_SERVICE_URL. Default 0.0.0.0.
 	IP string `json:"ip"`
+	// NotebookDir is JupyterHub's Spawner.notebook_dir, the server's root
+	// directory, passed as JUPYTERHUB_ROOT_DIR. "{username}" (the raw user
+	// name) and "{base_url}" (the server's URL prefix) are replaced, and
+	// the deprecated "%U" means "{username}". Nil (default) passes on what
+	// the hub sent, i.e. its own c.Spawner.notebook_dir; "" sends none.
+	NotebookDir *string `json:"notebook_dir"`
+	// DefaultURL is JupyterHub's Spawner.default_url, the URL the server
+	// opens at (e.g. /lab), passed as JUPYTERHUB_DEFAULT_URL; templated
+	// like NotebookDir. Nil (default) passes on what the hub sent; "" sends
+	// none.
+	DefaultURL *string `json:"default_url"`
+	// Debug is JupyterHub's Spawner.debug: JUPYTERHUB_DEBUG=1, debug logs
+	// in the server. Nil (default) passes on what the hub sent; false sends
+	// none.
+	Debug *bool `json:"debug"`
+	// DisableUserConfig is JupyterHub's Spawner.disable_user_config:
+	// JUPYTERHUB_DISABLE_USER_CONFIG=1, the server ignores config files in
+	// the user's home. Nil (default) passes on what the hub sent; false
+	// sends none.
+	DisableUserConfig *bool `json:"disable_user_config"`
 	// CPULimit is the CPU limit in cores; nil or 0 (default) means none.
 	CPULimit *float64 `json:"cpu_limit"`
 	// CPUGuarantee is the CPU request in cores; nil or 0 (default) means
@@ -132,6 +154,13 @@ type Settings struct {
 	PodNameTemplate string `json:"pod_name_template"`
 	// Namespace is where objects are created. Default "default".
 	Namespace string `json:"namespace"`
+	// HubNamespace is the namespace the hub runs in, for the template key
+	// {hubnamespace} ("user" when it is "default"); the same for every
+	// profile. Default, as KubeSpawner finds it: the namespace in
+	// /var/run/secrets/kubernetes.io/serviceaccount/namespace (spawnerd's
+	// pod, deployed beside the hub), else "default". A platform addition:
+	// KubeSpawner runs in the hub and reads its own pod's.
+	HubNamespace string `json:"hub_namespace"`
 	// EnableUserNamespaces gives each user a namespace named by
 	// UserNamespaceTemplate. Default false.
 	EnableUserNamespaces bool `json:"enable_user_namespaces"`
@@ -189,9 +218,6 @@ type Settings struct {
 	ProfileList ProfileList `json:"profile_list"`
 	// StartTimeout is how long a start may take, in seconds. Default 60.
 	StartTimeout int `json:"start_timeout"`
-	// HTTPTimeout is how long the hub waits for the server to answer after
-	// start, in seconds. Default 30.
-	HTTPTimeout int `json:"http_timeout"`
 	// DeleteStoppedPods deletes a pod whose notebook stopped. Default true.
 	DeleteStoppedPods bool `json:"delete_stopped_pods"`
 	// DeleteGracePeriod is the grace period for stop, in seconds. Default 1.
@@ -258,7 +284,6 @@ const (
 	DefaultUserNamespaceTemplate     = "{hubnamespace}-{username}"
 	DefaultStartTimeout              = 60
 	DefaultReservationWaitTimeout    = 2400
-	DefaultHTTPTimeout               = 30
 	DefaultDeleteGracePeriod         = 1
 	DefaultComponentLabel            = "singleuser-server"
 	DefaultDNSNameTemplate           = "{name}.{namespace}.svc.cluster.local"
@@ -285,6 +310,10 @@ func defaultTraits() map[string]any {
 		"args":                      empty(),
 		"port":                      DefaultPort,
 		"ip":                        DefaultIP,
+		"notebook_dir":              nil,
+		"default_url":               nil,
+		"debug":                     nil,
+		"disable_user_config":       nil,
 		"cpu_limit":                 nil,
 		"cpu_guarantee":             nil,
 		"mem_limit":                 nil,
@@ -320,6 +349,7 @@ func defaultTraits() map[string]any {
 		"pvc_name_template":               DefaultPVCNameTemplate,
 		"pod_name_template":               DefaultPodNameTemplate,
 		"namespace":                       DefaultNamespace,
+		"hub_namespace":                   "",
 		"enable_user_namespaces":          false,
 		"user_namespace_template":         DefaultUserNamespaceTemplate,
 		"user_namespace_labels":           none(),
@@ -345,7 +375,6 @@ func defaultTraits() map[string]any {
 		"profile_list":                    empty(),
 		"start_timeout":                   DefaultStartTimeout,
 		"reservation_wait_timeout":        DefaultReservationWaitTimeout,
-		"http_timeout":                    DefaultHTTPTimeout,
 		"delete_stopped_pods":             true,
 		"delete_grace_period":             DefaultDeleteGracePeriod,
 		"slug_scheme":                     SlugSchemeSafe,
@@ -382,7 +411,18 @@ func finishDefaults(s *Settings) {
 	if s.Port == 0 {
 		s.Port = DefaultPort // KubeSpawner forces jh's port 0 to 8888
 	}
+	// JupyterHub's _deprecate_percent_u validator (jupyterhub/spawner.py)
+	// rewrites the 0.6 spelling of the user name.
+	for _, p := range []*string{s.NotebookDir, s.DefaultURL} {
+		if p != nil {
+			*p = strings.ReplaceAll(*p, "%U", "{username}")
+		}
+	}
 }
+
+// ServiceAccountNamespaceFile holds the namespace of the pod a process runs
+// in; KubeSpawner's _namespace_default reads it for the hub's namespace.
+const ServiceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // FieldError is what bad user input yields: Field names the key (e.g.
 // "user_options.profile") and Message says what is wrong with it.
@@ -410,8 +450,15 @@ func (e *ValidationError) Error() string {
 	return "invalid spawner config:\n  " + strings.Join(lines, "\n  ")
 }
 
-// Load reads a configuration file and parses it.
+// Load reads a configuration file and parses it. Without hub_namespace the
+// hub's namespace is read from ServiceAccountNamespaceFile.
 func Load(path string) (*Config, error) {
+	return LoadWithNamespaceFile(path, ServiceAccountNamespaceFile)
+}
+
+// LoadWithNamespaceFile is Load reading the default hub_namespace from nsFile
+// (a missing file means "default", as in KubeSpawner).
+func LoadWithNamespaceFile(path, nsFile string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading spawner config: %w", err)
@@ -420,7 +467,23 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", path, err)
 	}
+	if cfg.KubeSpawner.HubNamespace == "" {
+		ns, err := os.ReadFile(nsFile)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("reading the hub namespace: %w", err)
+		default:
+			cfg.setHubNamespace(strings.TrimSpace(string(ns)))
+		}
+	}
 	return cfg, nil
+}
+
+// setHubNamespace sets the hub_namespace every spawn's settings get.
+func (c *Config) setHubNamespace(ns string) {
+	c.base["hub_namespace"] = ns
+	c.KubeSpawner.HubNamespace = ns
 }
 
 // Parse decodes a YAML (or JSON) configuration strictly, so an unknown key

@@ -47,7 +47,7 @@ func TestParseDefaults(t *testing.T) {
 				"slug_scheme":                {s.SlugScheme, "safe"},
 				"component_label":            {s.ComponentLabel, "singleuser-server"},
 				"start_timeout":              {s.StartTimeout, 60},
-				"http_timeout":               {s.HTTPTimeout, 30},
+				"hub_namespace":              {s.HubNamespace, ""},
 				"delete_grace_period":        {s.DeleteGracePeriod, int64(1)},
 				"delete_stopped_pods":        {s.DeleteStoppedPods, true},
 				"delete_pvc":                 {s.DeletePVC, true},
@@ -78,6 +78,10 @@ func TestParseDefaults(t *testing.T) {
 				"cmd": s.Cmd, "image_pull_policy": s.ImagePullPolicy, "storage_class": s.StorageClass,
 				"cpu_limit": s.CPULimit, "uid": s.UID, "service_account": s.ServiceAccount,
 				"automount_service_account_token": s.AutomountServiceAccountToken,
+				"notebook_dir":                    s.NotebookDir,
+				"default_url":                     s.DefaultURL,
+				"debug":                           s.Debug,
+				"disable_user_config":             s.DisableUserConfig,
 			} {
 				if !reflect.ValueOf(v).IsNil() {
 					t.Errorf("%s = %#v, want unset", key, v)

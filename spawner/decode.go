@@ -78,6 +78,12 @@ func decodeSettings(raw map[string]any, p *field.Path) (*Settings, field.ErrorLi
 	rv := reflect.ValueOf(s).Elem()
 	var errs field.ErrorList
 	for _, key := range sortedKeys(raw) {
+		if refused, err := checkRefused(key, raw[key], p.Child(key)); refused {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		t, ok := traits[key]
 		if !ok {
 			errs = append(errs, unknownKey(p.Child(key)))
@@ -91,6 +97,12 @@ func decodeSettings(raw map[string]any, p *field.Path) (*Settings, field.ErrorLi
 // checkTraitValue decodes one trait value into a scratch Settings, for
 // validating overrides before they are applied.
 func checkTraitValue(key string, v any, p *field.Path) field.ErrorList {
+	if refused, err := checkRefused(key, v, p); refused {
+		if err != nil {
+			return field.ErrorList{err}
+		}
+		return nil
+	}
 	t, ok := traits[key]
 	if !ok {
 		return field.ErrorList{unknownKey(p)}

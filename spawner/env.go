@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -19,7 +20,61 @@ const (
 	EnvCPUGuarantee  = "CPU_GUARANTEE"
 	EnvImage         = "JUPYTER_IMAGE"
 	EnvImageSpec     = "JUPYTER_IMAGE_SPEC"
+
+	// The variables JupyterHub's Spawner.get_env derives from
+	// notebook_dir, default_url, debug and disable_user_config.
+	EnvRootDir           = "JUPYTERHUB_ROOT_DIR"
+	EnvDefaultURL        = "JUPYTERHUB_DEFAULT_URL"
+	EnvDebug             = "JUPYTERHUB_DEBUG"
+	EnvDisableUserConfig = "JUPYTERHUB_DISABLE_USER_CONFIG"
 )
+
+// spawnerFormatKeys are the keys of JupyterHub's Spawner.template_namespace,
+// with which format_string renders notebook_dir and default_url.
+var spawnerFormatKeys = []string{"username", "base_url"}
+
+// spawnerEnv returns what JupyterHub 3.0's Spawner.get_env
+// (jupyterhub/spawner.py) sets from the traits below, for each trait the
+// settings give: the value, or nil where get_env would set nothing (a
+// false or empty trait), so that the hub's own value is not sent either.
+// KubeSpawner 7.1 does not override get_args, which since JupyterHub 2.0
+// returns only Spawner.args, so these reach the server only as environment. Traits left unset (nil) are not in the map:
+// the hub's get_env, sent with the start, already carries its own
+// c.Spawner values.
+func spawnerEnv(s *Settings, user, baseURL string) (map[string]*string, error) {
+	ns := map[string]string{"username": user, "base_url": baseURL}
+	out := map[string]*string{}
+	for _, t := range []struct {
+		name, env string
+		tmpl      *string
+	}{
+		{"notebook_dir", EnvRootDir, s.NotebookDir},
+		{"default_url", EnvDefaultURL, s.DefaultURL},
+	} {
+		switch {
+		case t.tmpl == nil:
+		case *t.tmpl == "":
+			out[t.env] = nil
+		default:
+			// str.format, without KubeSpawner's trailing '-' rule.
+			v, err := formatKeys(*t.tmpl, ns)
+			if err != nil {
+				return nil, fmt.Errorf("expanding %s: %w", t.name, err)
+			}
+			out[t.env] = &v
+		}
+	}
+	for env, b := range map[string]*bool{EnvDebug: s.Debug, EnvDisableUserConfig: s.DisableUserConfig} {
+		switch {
+		case b == nil:
+		case *b:
+			out[env] = ptr("1")
+		default:
+			out[env] = nil
+		}
+	}
+	return out, nil
+}
 
 // envRef matches Kubernetes' $(VAR) references.
 var envRef = regexp.MustCompile(`\$\(([^)]+)\)`)
@@ -34,9 +89,10 @@ type envEntry struct {
 
 // buildEnv assembles the notebook's environment as KubeSpawner's get_env
 // and make_pod do: the hub's variables unchanged, then the ones derived
-// from the settings (service URL, resources, image), then the environment
-// trait (already expanded), in dependency-aware sorted order.
-func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string) []corev1.EnvVar {
+// from the settings (service URL, resources, image, and derived, from
+// spawnerEnv), then the environment trait (already expanded), in
+// dependency-aware sorted order.
+func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string, derived map[string]*string) []corev1.EnvVar {
 	byKey := map[string]corev1.EnvVar{}
 	var keys []string
 	set := func(k string, v corev1.EnvVar) {
@@ -53,6 +109,9 @@ func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string) []corev
 			// The hub's Spawner does not know the profile; the values
 			// below, from the effective settings, replace its own.
 			continue
+		}
+		if _, ok := derived[k]; ok {
+			continue // the settings' value (or its absence) wins
 		}
 		value(k, hubEnv[k])
 	}
@@ -76,6 +135,11 @@ func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string) []corev
 	}
 	value(EnvImageSpec, s.Image)
 	value(EnvImage, s.Image)
+	for _, k := range sortedKeys(derived) {
+		if v := derived[k]; v != nil {
+			value(k, *v)
+		}
+	}
 	for _, k := range sortedKeys(environment) {
 		set(k, environment[k])
 	}

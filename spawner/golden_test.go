@@ -41,6 +41,8 @@ func hubEnv(user, server string) map[string]string {
 }
 
 // Golden cases: testdata/<case>.yaml rendered for the request given here.
+// Each case's yaml says which KubeSpawner 7.1.0 and JupyterHub 3.0 source
+// lines its expected output follows.
 func TestRenderGolden(t *testing.T) {
 	tests := map[string]Request{
 		"default": {User: "alice", Env: hubEnv("alice", ""), HubNamespace: "jhub"},
@@ -50,10 +52,25 @@ func TestRenderGolden(t *testing.T) {
 		"gpu": {User: "carol", Server: "gpu", Env: hubEnv("carol", "gpu"), HubNamespace: "jhub",
 			UserOptions: map[string]any{"profile": "gpu-1"}},
 		"user-namespaces": {User: "dave.smith", Env: hubEnv("dave.smith", ""), HubNamespace: "default"},
+		"jupyterhub-traits": {User: "Jane.Doe@ucsd.edu", Env: hubEnv("Jane.Doe@ucsd.edu", ""),
+			UserOptions: map[string]any{"profile": "classic"}},
+		"null-override": {User: "erin", Env: hubEnv("erin", ""), UserOptions: map[string]any{"profile": "exam"}},
+		"user-id":       {User: "frank", Env: hubEnv("frank", ""), UserID: 1042},
+		// No HubNamespace in the request: the config's hub_namespace, or
+		// the service-account file, gives {hubnamespace}.
+		"hub-namespace":      {User: "gina", Env: hubEnv("gina", "")},
+		"hub-namespace-file": {User: "gina", Env: hubEnv("gina", "")},
 	}
+	// The service-account namespace file each case reads; the others read
+	// none, so no golden depends on where the test runs.
+	nsFiles := map[string]string{"hub-namespace-file": filepath.Join("testdata", "serviceaccount-namespace")}
 	for name, req := range tests {
 		t.Run(name, func(t *testing.T) {
-			cfg, err := Load(filepath.Join("testdata", name+".yaml"))
+			nsFile, ok := nsFiles[name]
+			if !ok {
+				nsFile = filepath.Join("testdata", "no-such-serviceaccount-namespace")
+			}
+			cfg, err := LoadWithNamespaceFile(filepath.Join("testdata", name+".yaml"), nsFile)
 			if err != nil {
 				t.Fatal(err)
 			}

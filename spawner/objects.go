@@ -72,9 +72,13 @@ type Request struct {
 	Env map[string]string
 	// UserOptions are the user's choices (profile and options).
 	UserOptions map[string]any
-	// HubNamespace is the namespace the hub runs in, for {hubnamespace}
-	// (default: Settings.Namespace).
+	// HubNamespace, if set, replaces Settings.HubNamespace (the namespace
+	// the hub runs in, for {hubnamespace}), e.g. for spawnerd render.
 	HubNamespace string
+	// SavedPVCName is the pvc_name of the hub's saved state, "" if none.
+	// With remember_pvc_name it replaces pvc_name_template's expansion
+	// (and {pvc_name}), as KubeSpawner's load_state does.
+	SavedPVCName string
 }
 
 // Objects are what a spawn creates, in creation order.
@@ -103,6 +107,9 @@ func Build(cfg *Config, req Request) (*Objects, *Settings, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("naming objects: %w", err)
 	}
+	if req.SavedPVCName != "" && s.RememberPVCName {
+		n.PVCName, n.values["pvc_name"] = req.SavedPVCName, req.SavedPVCName
+	}
 	b := &builder{s: s, n: n, req: req}
 	if err := b.expand(); err != nil {
 		return nil, nil, err
@@ -130,7 +137,9 @@ type builder struct {
 	e   Settings
 	n   *Names
 	req Request
-	err error
+	// derived are JupyterHub's variables from notebook_dir etc.
+	derived map[string]*string
+	err     error
 }
 
 // expand renders every templated trait with the user's names, the way
@@ -162,6 +171,13 @@ func (b *builder) expand() error {
 	x("service_account", &e.ServiceAccount)
 	x("working_dir", &e.WorkingDir)
 	if err != nil {
+		return err
+	}
+	baseURL := b.req.Env[EnvServicePrefix]
+	if baseURL == "" {
+		baseURL = "/" // as for JUPYTERHUB_SERVICE_URL
+	}
+	if b.derived, err = spawnerEnv(b.s, b.req.User, baseURL); err != nil {
 		return err
 	}
 	for name, m := range map[string]map[string]string{
@@ -296,7 +312,7 @@ func (b *builder) pod() *corev1.Pod {
 		Image:           s.Image,
 		WorkingDir:      e.WorkingDir,
 		Ports:           []corev1.ContainerPort{{Name: PortName, ContainerPort: int32(s.Port)}},
-		Env:             buildEnv(s, e.Environment, b.req.Env),
+		Env:             buildEnv(s, e.Environment, b.req.Env, b.derived),
 		Args:            args,
 		Lifecycle:       lifecycle,
 		Resources:       b.resources(),

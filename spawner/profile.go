@@ -198,12 +198,25 @@ func decodeOverride(v any, p *field.Path, unlisted bool) (map[string]any, field.
 	var errs field.ErrorList
 	for _, k := range sortedKeys(m) {
 		kp := p.Child(k)
-		if k == "profile_list" {
+		switch k {
+		case "profile_list":
 			errs = append(errs, field.Forbidden(kp, "a profile cannot override profile_list"))
+			continue
+		case "hub_namespace":
+			errs = append(errs, field.Forbidden(kp, "the hub's namespace is the same for every profile"))
 			continue
 		}
 		if !unlisted {
-			errs = append(errs, checkTraitValue(k, m[k], kp)...)
+			// A null in a dict deletes that key when the override is
+			// merged (KubeSpawner's recursive_update); the merged
+			// settings are checked by validateProfiles.
+			errs = append(errs, checkTraitValue(k, dropNulls(m[k]), kp)...)
+			continue
+		}
+		if refused, err := checkRefused(k, m[k], kp); refused {
+			if err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		// An unlisted choice's values depend on what the user types, so

@@ -241,7 +241,8 @@ type Names struct {
 
 // NewNames computes the slugs and names for a spawn the way KubeSpawner's
 // constructor does: the namespace first (pod_name and pvc_name then read
-// "<key>_unavailable!"), then the pod name, then the PVC name.
+// "<key>_unavailable!"), then the pod name, then the PVC name. hubNamespace,
+// if not empty, replaces s.HubNamespace.
 func NewNames(s *Settings, user, server string, userID int, hubNamespace string) (*Names, error) {
 	escapedUser, escapedServer := EscapeSlug(user), EscapeSlug(server)
 	safeUser := mustSafeSlug(user, IsValidObjectName, slugMaxLength)
@@ -267,10 +268,12 @@ func NewNames(s *Settings, user, server string, userID int, hubNamespace string)
 		safeUserServer = safeUser
 	}
 
+	// KubeSpawner's _expand_user_properties: the hub's own namespace (its
+	// _namespace_default, not the namespace trait), "user" for "default".
 	if hubNamespace == "" {
-		hubNamespace = s.Namespace
+		hubNamespace = s.HubNamespace
 	}
-	if hubNamespace == "default" {
+	if hubNamespace == "" || hubNamespace == DefaultNamespace {
 		hubNamespace = "user"
 	}
 

@@ -38,6 +38,14 @@ func validateSettings(s *Settings, raw map[string]any, p *field.Path) field.Erro
 	if err := checkTemplate(s.DNSNameTemplate, []string{"name", "namespace"}); err != nil {
 		errs = append(errs, field.Invalid(p.Child("dns_name_template"), s.DNSNameTemplate, err.Error()))
 	}
+	for key, v := range map[string]*string{"notebook_dir": s.NotebookDir, "default_url": s.DefaultURL} {
+		if v == nil {
+			continue
+		}
+		if err := checkTemplate(*v, spawnerFormatKeys); err != nil {
+			errs = append(errs, field.Invalid(p.Child(key), *v, err.Error()))
+		}
+	}
 	if err := checkTemplate(s.SlowSpawnMessage, []string{"seconds"}); err != nil {
 		errs = append(errs, field.Invalid(p.Child("slow_spawn_message"), s.SlowSpawnMessage, err.Error()))
 	}
@@ -147,6 +155,11 @@ func validateSettings(s *Settings, raw map[string]any, p *field.Path) field.Erro
 	for _, msg := range validation.IsDNS1123Label(s.Namespace) {
 		errs = append(errs, field.Invalid(p.Child("namespace"), s.Namespace, msg))
 	}
+	if s.HubNamespace != "" {
+		for _, msg := range validation.IsDNS1123Label(s.HubNamespace) {
+			errs = append(errs, field.Invalid(p.Child("hub_namespace"), s.HubNamespace, msg))
+		}
+	}
 	switch s.SlugScheme {
 	case SlugSchemeSafe, SlugSchemeEscape:
 	default:
@@ -183,7 +196,6 @@ func validateSettings(s *Settings, raw map[string]any, p *field.Path) field.Erro
 	for key, v := range map[string]int{
 		"start_timeout":                 s.StartTimeout,
 		"reservation_wait_timeout":      s.ReservationWaitTimeout,
-		"http_timeout":                  s.HTTPTimeout,
 		"k8s_api_request_timeout":       s.K8sAPIRequestTimeout,
 		"k8s_api_request_retry_timeout": s.K8sAPIRequestRetryTimeout,
 	} {

@@ -1,7 +1,7 @@
 // Command spawnerd is the spawner service JupyterHub calls over HTTP.
 //
 //	spawnerd serve  --config FILE [flags]     # the HTTP service
-//	spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]...
+//	spawnerd render --config FILE --user NAME [--user-id N] [--server NAME] [--profile SLUG] [--option KEY=VALUE]... [--hub-namespace NS]
 //	spawnerd admin  [--url URL] COMMAND ...              # GPU reservation admin (bookings, classes, charges, risk)
 package main
 
@@ -54,7 +54,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: spawnerd serve --config FILE [flags] | spawnerd render --config FILE --user NAME [--server NAME] [--profile SLUG] [--option KEY=VALUE]... | spawnerd admin COMMAND (spawnerd admin -h)")
+	fmt.Fprintln(os.Stderr, "usage: spawnerd serve --config FILE [flags] | spawnerd render --config FILE --user NAME [--user-id N] [--server NAME] [--profile SLUG] [--option KEY=VALUE]... [--hub-namespace NS] | spawnerd admin COMMAND (spawnerd admin -h)")
 	os.Exit(2)
 }
 
@@ -74,13 +74,18 @@ func render(args []string) error {
 	fs := flag.NewFlagSet("render", flag.ExitOnError)
 	configPath := fs.String("config", "", "spawner configuration file (KubeSpawner trait names)")
 	user := fs.String("user", "", "hub user name")
+	userID := fs.Int("user-id", 0, "the hub's id of the user, for {userid}")
 	server := fs.String("server", "", "server name (empty: the default server)")
 	profile := fs.String("profile", "", "profile slug")
+	hubNamespace := fs.String("hub-namespace", "", "the hub's namespace, for {hubnamespace} (default: the config's hub_namespace, else this pod's service-account namespace, else default)")
 	opts := optionFlags{}
 	fs.Var(opts, "option", "profile option KEY=VALUE (repeatable)")
 	_ = fs.Parse(args)
 	if *configPath == "" || *user == "" {
 		return errors.New("render needs --config and --user")
+	}
+	if *userID < 0 {
+		return fmt.Errorf("--user-id must not be negative, got %d", *userID)
 	}
 	cfg, err := spawner.Load(*configPath)
 	if err != nil {
@@ -93,7 +98,9 @@ func render(args []string) error {
 	if *profile != "" {
 		userOptions["profile"] = *profile
 	}
-	out, err := spawner.RenderAll(cfg, spawner.Request{User: *user, Server: *server, UserOptions: userOptions})
+	out, err := spawner.RenderAll(cfg, spawner.Request{
+		User: *user, UserID: *userID, Server: *server, UserOptions: userOptions, HubNamespace: *hubNamespace,
+	})
 	if err != nil {
 		return err
 	}
@@ -191,17 +198,25 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	mopts := lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)}
-	if resCfg != nil {
-		mopts.SchedulingGate = resCfg.SchedulingGate
-	}
-	manager, err := lifecycle.New(client, cfg, watcher, mopts)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// The engine comes first: a waiting GPU spawn's progress reads it.
+	gpu, err := rf.start(ctx, resCfg, restCfg, client, base.Namespace, reg, log)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	gpu, err := rf.start(ctx, resCfg, restCfg, client, base.Namespace, reg, log)
+	mopts := lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)}
+	if resCfg != nil {
+		mopts.SchedulingGate = resCfg.SchedulingGate
+		// Progress gives times in the engine's zone, as its events do.
+		if mopts.Location, err = time.LoadLocation(resCfg.TimeZone); err != nil {
+			return fmt.Errorf("reservation time_zone: %w", err)
+		}
+	}
+	if gpu != nil {
+		mopts.Reservations = gpu.controller
+	}
+	manager, err := lifecycle.New(client, cfg, watcher, mopts)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,7 @@
 
 import asyncio
 import json
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
@@ -153,6 +153,21 @@ class Client:
         path = server_path(user, server_name) + ("?now=true" if now else "?now=false")
         code, _ = await self._call("stopping server", "DELETE", path, user, (202, 204, 404))
         return code
+
+    async def delete_forever(self, user, server_name, state, user_id):
+        """delete_forever asks spawnerd to delete a deleted server's PVC; it returns what happened to it.
+
+        ``state`` is the hub's saved state: its ``pvc_name`` and ``namespace``
+        say which PVC (spawnerd applies remember_pvc_name and delete_pvc).
+        """
+        query = {k: state[k] for k in ("pvc_name", "namespace") if state.get(k)}
+        if user_id is not None:
+            query["user_id"] = str(user_id)
+        path = server_path(user, server_name) + "/storage"
+        if query:
+            path += "?" + urlencode(query)
+        _, model = await self._call("deleting server storage", "DELETE", path, user, (200,))
+        return model or {}
 
     async def progress(self, user, server_name):
         """progress opens the server's progress WebSocket and returns the connection."""

@@ -3,6 +3,33 @@
 import asyncio
 
 
+def raw_line(event):
+    """raw_line is the hub event that lists a progress event's Kubernetes text.
+
+    spawnerd's message is a plain sentence for the page's headline; the
+    Kubernetes event it explains (``raw_event``) would be lost from the
+    page's event log, which shows only messages. So the relay puts the raw
+    text first, in KubeSpawner's "<time> [<type>] <message>" form, and the
+    sentence after it, as the hub shows the newest message as the headline.
+    None when there is no raw text or the message already contains it.
+    """
+    raw = event.get("raw_event")
+    if not isinstance(raw, dict):
+        return None
+    text = raw.get("message")
+    if not isinstance(text, str) or not text or text in str(event.get("message", "")):
+        return None
+    parts = []
+    if raw.get("lastTimestamp"):
+        parts.append(str(raw["lastTimestamp"]))
+    if raw.get("type"):
+        parts.append(f"[{raw['type']}]")
+    line = {"message": " ".join(parts + [text])}
+    if "progress" in event:
+        line["progress"] = event["progress"]
+    return line
+
+
 class EventLog:
     """EventLog holds one spawn's progress events.
 
@@ -21,7 +48,14 @@ class EventLog:
         return len(self._events)
 
     def append(self, event):
-        """append records one event and wakes every subscriber."""
+        """append records one event and wakes every subscriber.
+
+        An event whose plain-sentence message replaces the Kubernetes event's
+        own text is preceded by that text (see ``raw_line``).
+        """
+        line = raw_line(event)
+        if line is not None:
+            self._events.append(line)
         self._events.append(event)
         self._wake()
 

@@ -206,6 +206,10 @@ class RemoteKubeSpawner(Spawner):
             "hub_version": jupyterhub.__version__,
             "start_timeout": int(self._ordinary_start_timeout or self.start_timeout),
         }
+        if self._remote_state.get("pvc_name"):
+            # With remember_pvc_name, spawnerd keeps the saved PVC even if
+            # pvc_name_template changed since (KubeSpawner's load_state).
+            body["state"] = {"pvc_name": self._remote_state["pvc_name"]}
         self._requested = True
         try:
             model = await self._client.start(self.user.name, self.name, body)
@@ -384,6 +388,42 @@ class RemoteKubeSpawner(Spawner):
                     f"spawnerd did not stop {self._log_name} within {self.stop_timeout:g} s"
                 )
             await asyncio.sleep(self.poll_retry)
+
+    # --- delete_forever ------------------------------------------------------
+
+    async def delete_forever(self):
+        """delete_forever asks spawnerd to delete the server's PVC, as KubeSpawner's delete_forever does.
+
+        The hub calls it once, when a user or a named server is deleted, after
+        the server stopped. spawnerd applies delete_pvc, remember_pvc_name and
+        the shared-PVC rule for named servers; the saved state's pvc_name and
+        namespace (kept by clear_state) name the PVC. Transient failures, and
+        a server spawnerd still sees terminating, are retried for up to
+        stop_timeout seconds; the hub logs what is raised after that.
+        """
+        state = {k: self._remote_state[k] for k in _KEPT_STATE if self._remote_state.get(k)}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_timeout
+        while True:
+            try:
+                result = await self._client.delete_forever(self.user.name, self.name, state, self.user.id)
+                break
+            except (SecretError, AuthError):
+                raise
+            except (TransportError, ServiceError) as err:
+                retryable = isinstance(err, TransportError) or err.status >= 500 or err.status == 409
+                if not retryable or loop.time() + self.poll_retry > deadline:
+                    raise
+                self.log.warning("spawnerd delete forever failed, retrying %s error=%s", self._who, err)
+                await asyncio.sleep(self.poll_retry)
+        self.log.info(
+            "spawnerd deleted server forever %s pvc=%s namespace=%s result=%s reason=%s",
+            self._who,
+            result.get("pvc"),
+            result.get("namespace"),
+            result.get("result"),
+            result.get("reason", ""),
+        )
 
     # --- progress, url, form -------------------------------------------------
 
