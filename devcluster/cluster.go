@@ -508,10 +508,11 @@ func freePorts() (ports, error) {
 			l.Close()
 		}
 	}()
+	// Each stays open until all are chosen, so no two are the same.
 	next := func() (int, error) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listenFree()
 		if err != nil {
-			return 0, fmt.Errorf("finding a free port: %w", err)
+			return 0, err
 		}
 		ls = append(ls, l)
 		return l.Addr().(*net.TCPAddr).Port, nil

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,70 +15,6 @@ import (
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/spawner"
 )
-
-// eventWatcher is a pod cache with events: tests set a pod's status and
-// add its events, and subscribers are signalled as the informers would.
-type eventWatcher struct {
-	mu     sync.Mutex
-	status map[string]poll.Status
-	events map[string][]*corev1.Event
-	subs   map[string][]chan struct{}
-}
-
-func newEventWatcher() *eventWatcher {
-	return &eventWatcher{status: map[string]poll.Status{}, events: map[string][]*corev1.Event{}, subs: map[string][]chan struct{}{}}
-}
-
-func (w *eventWatcher) signalLocked(key string) {
-	for _, ch := range w.subs[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (w *eventWatcher) set(ns, pod string, st poll.Status) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.status[ns+"/"+pod] = st
-	w.signalLocked(ns + "/" + pod)
-}
-
-func (w *eventWatcher) add(ns, pod string, evs ...*corev1.Event) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.events[ns+"/"+pod] = append(w.events[ns+"/"+pod], evs...)
-	w.signalLocked(ns + "/" + pod)
-}
-
-func (w *eventWatcher) Status(ns, pod string) poll.Status {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if st, ok := w.status[ns+"/"+pod]; ok {
-		return st
-	}
-	return poll.Status{State: poll.StateAbsent}
-}
-
-func (w *eventWatcher) Events(ns, pod string) []*corev1.Event {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]*corev1.Event(nil), w.events[ns+"/"+pod]...)
-}
-
-func (w *eventWatcher) Subscribe(ns, pod string) (<-chan struct{}, func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ch := make(chan struct{}, 1)
-	w.subs[ns+"/"+pod] = append(w.subs[ns+"/"+pod], ch)
-	return ch, func() {}
-}
-
-func (w *eventWatcher) ExpectStop(string, string)                     {}
-func (w *eventWatcher) ForgetStop(string, string)                     {}
-func (w *eventWatcher) LastStop(string, string) (poll.StopInfo, bool) { return poll.StopInfo{}, false }
-func (w *eventWatcher) Pods() []*corev1.Pod                           { return nil }
 
 // boundRunningPod is the pod as kwok leaves it: bound, its container running.
 func boundRunningPod(ns, name string) *corev1.Pod {
@@ -95,13 +30,13 @@ func boundRunningPod(ns, name string) *corev1.Pod {
 
 // startFollowed starts alice's spawn on a manager whose pod already runs
 // and collects its progress.
-func startFollowed(t *testing.T, clk *testingclock.FakeClock) (*eventWatcher, <-chan []Event) {
+func startFollowed(t *testing.T, clk *testingclock.FakeClock) (*fakeWatcher, <-chan []Event) {
 	t.Helper()
 	cfg, err := spawner.Parse([]byte("kubespawner:\n  namespace: ns1\n  start_timeout: 30\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newEventWatcher()
+	w := newFakeWatcher()
 	m, err := New(fake.NewClientset(), cfg, w, Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)

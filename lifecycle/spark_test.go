@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -39,26 +40,40 @@ kubespawner:
 `
 
 // fakeWatcher is the notebook pod cache: tests set each pod's status.
+// fakeWatcher is a pod cache with events: tests set a pod's status and add
+// its events, and subscribers are signalled as the informers would.
 type fakeWatcher struct {
 	mu     sync.Mutex
 	status map[string]poll.Status
+	events map[string][]*corev1.Event
 	subs   map[string][]chan struct{}
 }
 
 func newFakeWatcher() *fakeWatcher {
-	return &fakeWatcher{status: map[string]poll.Status{}, subs: map[string][]chan struct{}{}}
+	return &fakeWatcher{status: map[string]poll.Status{}, events: map[string][]*corev1.Event{}, subs: map[string][]chan struct{}{}}
+}
+
+func (w *fakeWatcher) signalLocked(key string) {
+	for _, ch := range w.subs[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (w *fakeWatcher) set(ns, pod string, st poll.Status) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.status[ns+"/"+pod] = st
-	for _, ch := range w.subs[ns+"/"+pod] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	w.signalLocked(ns + "/" + pod)
+}
+
+func (w *fakeWatcher) add(ns, pod string, evs ...*corev1.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.events[ns+"/"+pod] = append(w.events[ns+"/"+pod], evs...)
+	w.signalLocked(ns + "/" + pod)
 }
 
 func (w *fakeWatcher) Status(ns, pod string) poll.Status {
@@ -78,7 +93,12 @@ func (w *fakeWatcher) Subscribe(ns, pod string) (<-chan struct{}, func()) {
 	return ch, func() {}
 }
 
-func (w *fakeWatcher) Events(string, string) []*corev1.Event         { return nil }
+func (w *fakeWatcher) Events(ns, pod string) []*corev1.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*corev1.Event(nil), w.events[ns+"/"+pod]...)
+}
+
 func (w *fakeWatcher) ExpectStop(string, string)                     {}
 func (w *fakeWatcher) ForgetStop(string, string)                     {}
 func (w *fakeWatcher) LastStop(string, string) (poll.StopInfo, bool) { return poll.StopInfo{}, false }
@@ -113,6 +133,24 @@ func newSparkFixture(t *testing.T, objects ...runtime.Object) *sparkFixture {
 		}
 		return false, nil, nil
 	})
+	// The fake API server drops what happens between an informer's list and
+	// its watch, so the fixture waits until every informer watches.
+	var wmu sync.Mutex
+	watching := map[string]bool{}
+	client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := a.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		wi, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		wmu.Lock()
+		watching[a.GetResource().Resource] = true
+		wmu.Unlock()
+		return true, wi, nil
+	})
 	w := newFakeWatcher()
 	m, err := New(client, cfg, w, Options{})
 	if err != nil {
@@ -128,6 +166,12 @@ func newSparkFixture(t *testing.T, objects ...runtime.Object) *sparkFixture {
 		}
 	})
 	eventually(t, "the caches sync", m.HasSynced)
+	// configmaps, services, deployments, replicasets, endpointslices, pods, resourcequotas
+	eventually(t, "every informer watches", func() bool {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return len(watching) == 7
+	})
 	return &sparkFixture{m: m, client: client, w: w, ctx: ctx}
 }
 
@@ -184,6 +228,12 @@ func (f *sparkFixture) masterUp(t *testing.T, ip string) {
 	if _, err := f.client.CoreV1().Pods("ns1").Create(f.ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A real endpoint turns ready only after its pod does; the two fake
+	// informers need not deliver in that order unless the test waits.
+	eventually(t, "the master pod is cached", func() bool {
+		_, ok, _ := f.m.spark.cache.pods.GetStore().GetByKey("ns1/" + pod.Name)
+		return ok
+	})
 	if _, err := f.client.DiscoveryV1().EndpointSlices("ns1").Create(f.ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -350,10 +400,8 @@ func TestSparkReplicaFailureFailsTheSpawnAndRemovesAll(t *testing.T) {
 	if _, err := f.client.AppsV1().Deployments("ns1").UpdateStatus(f.ctx, d, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deployment's failure is cached", func() bool {
-		w := f.m.spark.cache.cluster(cache.NewObjectName("ns1", "jupyter-alice")).worker
-		return w != nil && replicaFailure(w) != ""
-	})
+	// No wait for the cache to show the failure: the reaction may remove the
+	// deployment before a poll could see it.
 	eventually(t, "the spawn fails", func() bool {
 		f.m.mu.Lock()
 		sp := f.m.spawns[key]

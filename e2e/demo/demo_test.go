@@ -33,7 +33,7 @@ type demo struct {
 	cmd   *exec.Cmd
 	dir   string
 	ports map[string]int
-	out   *lineLog
+	out   *harness.LogBuffer
 	done  chan struct{}
 }
 
@@ -144,7 +144,7 @@ func startDemo(t *testing.T) *demo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &demo{dir: t.TempDir(), ports: map[string]int{}, out: &lineLog{}, done: make(chan struct{})}
+	d := &demo{dir: t.TempDir(), ports: map[string]int{}, out: &harness.LogBuffer{}, done: make(chan struct{})}
 	env := append(os.Environ(), "DEMO_DIR="+d.dir)
 	for _, name := range []string{"HUB_PORT", "PROXY_PORT", "PROXY_API_PORT", "SPAWNERD_PORT"} {
 		d.ports[name] = harness.FreePort(t)
@@ -439,22 +439,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// lineLog collects the demo's output for the checks.
-type lineLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lineLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

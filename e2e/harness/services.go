@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,18 +16,19 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/dsmlp/spawner/devcluster"
 	"github.com/dsmlp/spawner/hubapi"
 )
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort returns a loopback port that was free a moment ago, outside the
+// range the kernel gives outgoing connections (see devcluster.FreePort).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := devcluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // BuildBinary builds a command of this module (e.g. "./cmd/spawnerd") into dir.
@@ -46,23 +46,24 @@ func BuildBinary(repo, pkg, dir string) (string, error) {
 type Process struct {
 	Name string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *LogBuffer
 	done chan struct{}
 	once sync.Once
 }
 
-type syncBuffer struct {
+// LogBuffer collects a process's output; safe for concurrent writes and reads.
+type LogBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *LogBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *LogBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -74,7 +75,7 @@ func StartProcess(t testing.TB, name string, env []string, path string, args ...
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &Process{Name: name, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &Process{Name: name, cmd: cmd, log: &LogBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
