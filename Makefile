@@ -42,6 +42,17 @@ test-python: ## The hub-side spawner class's unit tests.
 test-e2e: tools ## End-to-end tests against the dev cluster (and the real hub and proxy).
 	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -timeout 40m ./e2e/...
 
+# Each target runs alone for FUZZTIME (go test -fuzz takes one target per run);
+# `make test-unit` already runs the committed seeds in testdata/fuzz/.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := ./hubapi:FuzzDecodeStrict ./hubapi:FuzzVerify ./spawner:FuzzParse ./admission:FuzzServeHTTP
+.PHONY: fuzz
+fuzz: ## Fuzz the request decoder, JWT check, config parser and webhook, FUZZTIME (60s) each.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $${t%%:*} $${t##*:} for $(FUZZTIME)"; \
+		$(GO) test $${t%%:*} -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME); \
+	done
+
 # -p 1: one package, hence one dev cluster, at a time, so that no benchmark shares the CPUs with another's cluster.
 .PHONY: bench
 bench: tools ## Benchmarks (numbers for the closing notes).

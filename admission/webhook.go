@@ -3,6 +3,11 @@
 // the pod templates of Jobs, CronJobs, Deployments, StatefulSets,
 // ReplicaSets and DaemonSets) and mounts the downward-API volume that shows
 // the reservation annotations at /etc/podinfo in every container.
+//
+// Only objects with a gpu-class label are touched, and only when they are
+// created: a pod template can be immutable (a Job's), and a changed
+// Deployment template would roll the Deployment out. Every pod is mutated
+// when it is created anyway, so a template never mutated loses nothing.
 package admission
 
 import (
@@ -18,6 +23,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/dsmlp/spawner/reservation"
 )
@@ -112,9 +118,16 @@ var templatePaths = map[string]string{
 }
 
 func (w *Webhook) patch(req *admissionv1.AdmissionRequest) ([]op, error) {
+	// The chart registers CREATE only; an UPDATE sent by an older
+	// configuration is still left alone (spec.template of a Job is immutable).
+	if req.Operation != admissionv1.Create {
+		return nil, nil
+	}
 	if req.Kind.Kind == "Pod" && req.SubResource == "" {
 		var pod corev1.Pod
-		if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		// Case-sensitive, as the API server decodes: a key it would ignore
+		// ("metAdAtA") must not be read as the one it stands for.
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &pod); err != nil {
 			return nil, fmt.Errorf("decoding pod: %w", err)
 		}
 		return w.podOps("", pod.ObjectMeta, &pod.Spec), nil
@@ -133,7 +146,7 @@ func (w *Webhook) patch(req *admissionv1.AdmissionRequest) ([]op, error) {
 	}
 	b, _ := json.Marshal(raw)
 	var tmpl corev1.PodTemplateSpec
-	if err := json.Unmarshal(b, &tmpl); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(b, &tmpl); err != nil {
 		return nil, fmt.Errorf("decoding the pod template of %s: %w", req.Kind.Kind, err)
 	}
 	return w.podOps(base, tmpl.ObjectMeta, &tmpl.Spec), nil
@@ -151,20 +164,23 @@ func dig(m map[string]any, path []string) any {
 	return cur
 }
 
-// podOps mutates one pod spec found at base (a pod itself: base "").
+// podOps mutates one pod spec found at base (a pod itself: base ""); a pod
+// without a GPU class is not the engine's and is left as it is.
 func (w *Webhook) podOps(base string, meta metav1.ObjectMeta, spec *corev1.PodSpec) []op {
+	class := meta.Labels[reservation.ClassLabel]
+	if class == "" {
+		return nil
+	}
 	var ops []op
-	if class := meta.Labels[reservation.ClassLabel]; class != "" {
-		if sel := w.classes[class]; len(sel) > 0 {
-			if spec.NodeSelector == nil {
-				ops = append(ops, op{Op: "add", Path: base + "/spec/nodeSelector", Value: sel})
-			} else {
-				for _, k := range slices.Sorted(maps.Keys(sel)) {
-					// A key the pod sets itself is its own choice; a wrong one
-					// shows up as NoMatchingNode.
-					if _, set := spec.NodeSelector[k]; !set {
-						ops = append(ops, op{Op: "add", Path: base + "/spec/nodeSelector/" + escape(k), Value: sel[k]})
-					}
+	if sel := w.classes[class]; len(sel) > 0 {
+		if spec.NodeSelector == nil {
+			ops = append(ops, op{Op: "add", Path: base + "/spec/nodeSelector", Value: sel})
+		} else {
+			for _, k := range slices.Sorted(maps.Keys(sel)) {
+				// A key the pod sets itself is its own choice; a wrong one
+				// shows up as NoMatchingNode.
+				if _, set := spec.NodeSelector[k]; !set {
+					ops = append(ops, op{Op: "add", Path: base + "/spec/nodeSelector/" + escape(k), Value: sel[k]})
 				}
 			}
 		}

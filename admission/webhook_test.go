@@ -10,6 +10,7 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,9 +25,15 @@ func webhook() *Webhook {
 // review sends obj through the handler and returns it patched.
 func review[T any](t *testing.T, kind string, obj *T) *T {
 	t.Helper()
+	return reviewOp(t, admissionv1.Create, kind, obj)
+}
+
+// reviewOp is review for another operation than CREATE.
+func reviewOp[T any](t *testing.T, operation admissionv1.Operation, kind string, obj *T) *T {
+	t.Helper()
 	raw, _ := json.Marshal(obj)
 	body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: "u1", Kind: metav1.GroupVersionKind{Kind: kind}, Object: runtime.RawExtension{Raw: raw}}})
+		Request: &admissionv1.AdmissionRequest{UID: "u1", Kind: metav1.GroupVersionKind{Kind: kind}, Operation: operation, Object: runtime.RawExtension{Raw: raw}}})
 	rec := httptest.NewRecorder()
 	webhook().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body)))
 	var out admissionv1.AdmissionReview
@@ -93,10 +100,30 @@ func TestPodGetsClassSelectionAndPodinfo(t *testing.T) {
 	}
 }
 
-func TestCPUPodGetsOnlyPodinfo(t *testing.T) {
+// A pod without a GPU class is not the engine's: no volume, no selector.
+func TestCPUPodUntouched(t *testing.T) {
 	got := review(t, "Pod", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}})
-	if got.Spec.NodeSelector != nil || len(got.Spec.Volumes) != 1 {
-		t.Errorf("spec %+v", got.Spec)
+	if got.Spec.NodeSelector != nil || len(got.Spec.Volumes) != 0 || len(got.Spec.Containers[0].VolumeMounts) != 0 {
+		t.Errorf("CPU pod mutated: %+v", got.Spec)
+	}
+	job := &batchv1.Job{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}}}
+	if got := review(t, "Job", job); len(got.Spec.Template.Spec.Volumes) != 0 {
+		t.Errorf("CPU job template mutated: %+v", got.Spec.Template.Spec)
+	}
+}
+
+// An UPDATE is never mutated: a Job's template is immutable, and a changed
+// Deployment template would roll it out.
+func TestUpdateNeverMutated(t *testing.T) {
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"gpu-class": "a30"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}}}}
+	job := &batchv1.Job{Spec: batchv1.JobSpec{Template: tmpl}}
+	if got := reviewOp(t, admissionv1.Update, "Job", job); len(got.Spec.Template.Spec.Volumes) != 0 || got.Spec.Template.Spec.NodeSelector != nil {
+		t.Errorf("job template mutated on UPDATE: %+v", got.Spec.Template.Spec)
+	}
+	pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+	if got := reviewOp(t, admissionv1.Update, "Pod", pod); len(got.Spec.Volumes) != 0 || got.Spec.NodeSelector != nil {
+		t.Errorf("pod mutated on UPDATE: %+v", got.Spec)
 	}
 }
 

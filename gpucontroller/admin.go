@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/dsmlp/spawner/reservation"
 	"github.com/dsmlp/spawner/reservationstore"
@@ -33,7 +34,15 @@ func (c *Controller) CreateBooking(ctx context.Context, r reservation.Reservatio
 // CancelBooking cancels a reservation for a person (the owner, or someone
 // else); the engine relinks or evicts the pods under it.
 func (c *Controller) CancelBooking(ctx context.Context, id int64, reason reservation.CancelReason) error {
-	if _, err := c.store.Cancel(ctx, id, reason, 0, c.clock.Now()); err != nil {
+	// An admin write that lost a race (409) is retried: the store writes
+	// from its informer cache with the cached resourceVersion, so each retry
+	// waits for the watch to bring the newer version (DefaultBackoff: 10 ms,
+	// then 50, 250 and 1250 ms; the cache is usually current within ms).
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		_, err := c.store.Cancel(ctx, id, reason, 0, c.clock.Now())
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	c.log.Info("reservation cancelled by request", zap.Int64("reservation", id), zap.String("reason", string(reason)))
@@ -43,7 +52,8 @@ func (c *Controller) CancelBooking(ctx context.Context, id int64, reason reserva
 
 // Reassign gives a booking to another owner.
 func (c *Controller) Reassign(ctx context.Context, id int64, owner string) error {
-	if err := c.store.Reassign(ctx, id, owner, c.clock.Now()); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error { return c.store.Reassign(ctx, id, owner, c.clock.Now()) })
+	if err != nil {
 		return err
 	}
 	c.log.Info("booking reassigned", zap.Int64("reservation", id), zap.String("owner", owner))

@@ -37,7 +37,7 @@ cleanup() {
   trap - EXIT
   if [[ -n "$hub_pid" ]] && kill -0 "$hub_pid" 2>/dev/null; then
     echo "demo: stopping the hub's servers through the hub" >&2
-    /usr/bin/python3 "$root/hack/hub-stop-servers.py" "$hub_api" "$state/hub-token" 8 || true
+    /usr/bin/python3 "$root/hack/hub-stop-servers.py" "$hub_api" "$state/hub-admin-token" 8 || true
   fi
   stop_process JupyterHub "$hub_pid" 5
   stop_process spawnerd "$spawnerd_pid" 5
@@ -50,9 +50,12 @@ trap cleanup INT TERM EXIT
 # of the demo can use them too.
 secret() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 umask 077
-for f in shared-secret hub-token proxy-token; do secret > "$state/$f"; done
+# hub-token is spawnerd's (it may only stop servers); hub-admin-token is the
+# demo's own, for listing and stopping every server on Ctrl-C.
+for f in shared-secret hub-token hub-admin-token proxy-token; do secret > "$state/$f"; done
 umask 022
 export SPAWNERD_HUB_TOKEN="$(cat "$state/hub-token")" CONFIGPROXY_AUTH_TOKEN="$(cat "$state/proxy-token")"
+export DEMO_HUB_ADMIN_TOKEN="$(cat "$state/hub-admin-token")"
 export NODE_PATH=/usr/share/nodejs
 
 echo "demo: starting the local cluster (logs: $state/cluster/logs)" >&2

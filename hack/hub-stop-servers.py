@@ -7,8 +7,9 @@ for the hub to retry against a stopped service.
 
   hub-stop-servers.py HUB_API_URL TOKEN_FILE [TIMEOUT_SECONDS]
 
-The token needs the scopes list:users, read:servers and admin:servers (the demo's
-spawnerd service token has them). Exits 0 once no server is left, 1 if some are
+The token needs the scopes list:users, read:servers and delete:servers: the demo's
+own demo-admin service token ($DEMO_DIR/hub-admin-token), not spawnerd's, which
+may only stop servers. Exits 0 once no server is left, 1 if some are
 still there at the timeout.
 """
 

@@ -1,20 +1,38 @@
 package hubapi
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
 )
 
-// MaxTokenLifetime is the longest exp-iat the service accepts: a stolen token
-// is useful for minutes at most.
-const MaxTokenLifetime = 5 * time.Minute
+// MaxTokenLifetime is the longest exp-iat the service accepts. It also bounds
+// how long the replay cache must remember a token's jti, so keep it short.
+const MaxTokenLifetime = time.Minute
+
+// MaxTokenBytes caps the bearer token: the hub's are ~300 bytes, and a long
+// one is refused before any parsing work is spent on it.
+const MaxTokenBytes = 8 << 10
+
+// MinSecretBytes is the shortest shared secret accepted: HS256 wants a key
+// at least as long as its 32-byte output.
+const MinSecretBytes = 32
+
+// leeway is the clock skew allowed on exp, iat and nbf.
+const leeway = 5 * time.Second
+
+// maxReplayEntries bounds the replay cache: at most this many tokens may be
+// accepted within one token lifetime (~2,000 requests/s per replica).
+const maxReplayEntries = 1 << 17
 
 // Audience is the aud claim every token must carry.
 const Audience = "spawnerd"
@@ -31,13 +49,14 @@ type Authenticator struct {
 	secret []byte
 	parser *jwt.Parser
 	now    func() time.Time
+	seen   *replayCache
 }
 
 // NewAuthenticator returns an authenticator for the shared secret. The
 // algorithm is pinned to HS256, so alg:none and RS/HS confusion are refused.
 func NewAuthenticator(secret []byte, issuer string, now func() time.Time) (*Authenticator, error) {
-	if len(secret) < 16 {
-		return nil, errors.New("the shared secret must be at least 16 bytes")
+	if len(secret) < MinSecretBytes {
+		return nil, fmt.Errorf("the shared secret must be at least %d bytes, got %d (e.g. openssl rand -hex 32)", MinSecretBytes, len(secret))
 	}
 	if now == nil {
 		now = time.Now
@@ -47,13 +66,13 @@ func NewAuthenticator(secret []byte, issuer string, now func() time.Time) (*Auth
 		jwt.WithAudience(Audience),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
-		jwt.WithLeeway(5 * time.Second),
+		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(now),
 	}
 	if issuer != "" {
 		opts = append(opts, jwt.WithIssuer(issuer))
 	}
-	return &Authenticator{secret: secret, parser: jwt.NewParser(opts...), now: now}, nil
+	return &Authenticator{secret: secret, parser: jwt.NewParser(opts...), now: now, seen: newReplayCache(maxReplayEntries)}, nil
 }
 
 // ReadSecret reads the shared secret from a file (trailing whitespace
@@ -76,8 +95,15 @@ func ReadSecret(file, envName string) ([]byte, error) {
 	return nil, fmt.Errorf("no shared secret: set --shared-secret-file or $%s", envName)
 }
 
-// Verify parses and checks a token.
+// errReplayed is a token whose jti was accepted before.
+var errReplayed = errors.New("token already used (replayed jti); sign a new token for every request")
+
+// Verify parses and checks a token, and remembers its jti so that it is
+// accepted once.
 func (a *Authenticator) Verify(raw string) (*Claims, error) {
+	if len(raw) > MaxTokenBytes {
+		return nil, fmt.Errorf("token is %d bytes, longer than the %d allowed", len(raw), MaxTokenBytes)
+	}
 	claims := &Claims{}
 	tok, err := a.parser.ParseWithClaims(raw, claims, func(*jwt.Token) (any, error) { return a.secret, nil })
 	if err != nil {
@@ -92,7 +118,65 @@ func (a *Authenticator) Verify(raw string) (*Claims, error) {
 	if claims.IssuedAt == nil || claims.ExpiresAt.Sub(claims.IssuedAt.Time) > MaxTokenLifetime {
 		return nil, fmt.Errorf("token lifetime exceeds %s", MaxTokenLifetime)
 	}
+	if claims.ID == "" {
+		return nil, errors.New("token has no jti")
+	}
+	if len(claims.ID) > 128 {
+		return nil, errors.New("token jti is longer than 128 bytes")
+	}
+	// The parser accepts the token until exp+leeway, so remember it that long.
+	if err := a.seen.add(claims.ID, claims.ExpiresAt.Add(leeway), a.now()); err != nil {
+		return nil, err
+	}
 	return claims, nil
+}
+
+// replayCache remembers the jti of every accepted token until the token
+// expires, so a token is used once. It is per replica: a token replayed to
+// another replica within its ≤ 60 s life is accepted there. That residual
+// risk is acceptable because tokens are minted per request, live at most a
+// minute, and travel only between the hub and spawnerd inside the cluster
+// (the NetworkPolicy admits only the hub); a shared store would put a
+// network round trip and a new failure mode on every request.
+type replayCache struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]time.Time // jti → when it may be forgotten
+	// order lists the jtis as added; expiries are within one lifetime of
+	// insertion, so pruning from the front keeps every live entry.
+	order []replayEntry
+}
+
+type replayEntry struct {
+	jti   string
+	until time.Time
+}
+
+func newReplayCache(max int) *replayCache {
+	return &replayCache{max: max, seen: map[string]time.Time{}}
+}
+
+// add records jti until until, or fails if it is already recorded or the
+// cache is full (fail closed: a full cache must not let replays through).
+func (c *replayCache) add(jti string, until, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.order) > 0 && !c.order[0].until.After(now) {
+		if c.seen[c.order[0].jti].Equal(c.order[0].until) {
+			delete(c.seen, c.order[0].jti)
+		}
+		c.order[0] = replayEntry{}
+		c.order = c.order[1:]
+	}
+	if t, ok := c.seen[jti]; ok && t.After(now) {
+		return errReplayed
+	}
+	if len(c.seen) >= c.max {
+		return fmt.Errorf("more than %d tokens accepted within %s; retry shortly", c.max, MaxTokenLifetime)
+	}
+	c.seen[jti] = until
+	c.order = append(c.order, replayEntry{jti: jti, until: until})
+	return nil
 }
 
 const claimsKey = "claims"
@@ -101,6 +185,9 @@ const claimsKey = "claims"
 func (a *Authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header.Get("Authorization")
+		// Only headers are read here, so a request without a valid token
+		// is refused before its body arrives (errorHandler then closes the
+		// connection rather than wait for the body).
 		scheme, raw, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || raw == "" {
 			return &apiError{status: http.StatusUnauthorized, msg: "missing bearer token", field: "Authorization"}
@@ -129,12 +216,18 @@ func requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// Sign makes a token as the hub-side spawner class does: for tools that
-// call the API with the shared secret (the admin CLI, tests).
+// Sign makes a token as the hub-side spawner class does, with a fresh jti:
+// for tools that call the API with the shared secret (the admin CLI,
+// tests). A token is accepted once, so sign one per request.
 func Sign(secret []byte, user string, admin bool, now time.Time) (string, error) {
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return "", fmt.Errorf("token id: %w", err)
+	}
 	claims := Claims{Admin: admin, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: "jupyterhub", Subject: user, Audience: jwt.ClaimStrings{Audience},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute)),
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(MaxTokenLifetime)),
+		ID: hex.EncodeToString(id),
 	}}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }

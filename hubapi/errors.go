@@ -2,6 +2,7 @@ package hubapi
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -20,13 +21,27 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.msg }
 
-// ErrorBody is every error response: what went wrong and which input it concerns.
+// ErrorBody is every error response: what went wrong and which input it
+// concerns. An internal error carries only a request ID, which the log line
+// with the full error carries too.
 type ErrorBody struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
+	Error     string `json:"error"`
+	Field     string `json:"field,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
 }
 
-// toStatus is the one table from errors to HTTP statuses.
+// internalMessage is all a user sees of an unexpected error: the error may
+// name service accounts, namespaces or other users, and is shown on the
+// hub's spawn page.
+const internalMessage = "spawnerd could not complete the request (request %s); an administrator can find the details in spawnerd's log"
+
+// conflictMessage replaces a name conflict's details (which may name
+// another user's server) for the same reason.
+const conflictMessage = "a name spawnerd needs is taken by another object (request %s); an administrator can find the details in spawnerd's log"
+
+// toStatus is the one table from errors to HTTP statuses. Client errors keep
+// their message and field; any other error becomes a message with the
+// request ID (see errorHandler), as does a conflict.
 func toStatus(err error) (int, ErrorBody) {
 	var ae *apiError
 	var fe *spawner.FieldError
@@ -39,7 +54,7 @@ func toStatus(err error) (int, ErrorBody) {
 	case errors.Is(err, lifecycle.ErrNotFound):
 		return http.StatusNotFound, ErrorBody{Error: err.Error()}
 	case errors.Is(err, lifecycle.ErrConflict):
-		return http.StatusConflict, ErrorBody{Error: err.Error()}
+		return http.StatusConflict, ErrorBody{Error: conflictMessage}
 	case errors.Is(err, lifecycle.ErrActive):
 		return http.StatusConflict, ErrorBody{Error: err.Error(), Field: "server"}
 	case errors.Is(err, lifecycle.ErrQuota):
@@ -54,7 +69,7 @@ func toStatus(err error) (int, ErrorBody) {
 		}
 		return he.Code, ErrorBody{Error: msg}
 	}
-	return http.StatusInternalServerError, ErrorBody{Error: "internal error: " + err.Error()}
+	return http.StatusInternalServerError, ErrorBody{Error: internalMessage}
 }
 
 func errorHandler(log *zap.Logger) echo.HTTPErrorHandler {
@@ -63,7 +78,18 @@ func errorHandler(log *zap.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		status, body := toStatus(err)
-		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("path", c.Path()), zap.Int("status", status), zap.Error(err)}
+		id := c.Response().Header().Get(echo.HeaderXRequestID)
+		if body.Error == internalMessage || body.Error == conflictMessage {
+			body.Error, body.RequestID = fmt.Sprintf(body.Error, id), id
+		}
+		// A refused request's body may not have been read (a 401 is decided
+		// from the headers): close the connection instead of letting the
+		// server wait for, and discard, a body that may never come.
+		if c.Request().ContentLength != 0 {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+		}
+		fields := []zap.Field{zap.String("request_id", id), zap.String("method", c.Request().Method), zap.String("path", c.Path()),
+			zap.String("user", c.Param("user")), zap.String("server", c.Param("server")), zap.Int("status", status), zap.Error(err)}
 		if status >= 500 && status != http.StatusServiceUnavailable {
 			log.Error("request failed", fields...)
 		} else {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/dsmlp/spawner/gpucontroller"
@@ -380,6 +381,10 @@ func storeError(err error) error {
 		return &apiError{status: http.StatusNotFound, msg: err.Error(), field: "id"}
 	case errors.Is(err, reservationstore.ErrInvalid):
 		return &apiError{status: http.StatusConflict, msg: err.Error(), field: "id"}
+	case apierrors.IsConflict(err):
+		// Still conflicting after the controller's retries: others keep
+		// changing it; the caller may try again.
+		return &apiError{status: http.StatusConflict, msg: "the reservation kept changing while it was being written; try again", field: "id"}
 	}
 	return err
 }

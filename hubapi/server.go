@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/spawner"
@@ -74,7 +76,9 @@ func New(opts Options) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(opts.Logger)
-	e.Use(middleware.Recover(), requestMetrics(opts.Registry), middleware.BodyLimit(opts.BodyLimit))
+	// Every answer carries X-Request-Id; an internal error's body gives it
+	// too, and the log line with the details has it.
+	e.Use(middleware.RequestID(), middleware.Recover(), requestMetrics(opts.Registry), middleware.BodyLimit(opts.BodyLimit))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -222,8 +226,9 @@ func (h *handlers) start(c echo.Context) error {
 	return c.JSON(status, srv)
 }
 
-// decodeStrict decodes JSON, refusing unknown fields and trailing data, with
-// errors that name the field.
+// decodeStrict decodes exactly one JSON value into v, refusing unknown
+// fields, keys in another case than the field's, duplicate keys and
+// trailing data, each with an error that names the field.
 func decodeStrict(r io.Reader, v any) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -236,24 +241,41 @@ func decodeStrict(r io.Reader, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	// encoding/json first: it refuses trailing data and wrong types with
+	// typed errors, and gives numbers in untyped fields as float64, which
+	// the spawner expects of JSON.
+	if err := json.Unmarshal(data, v); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
 		switch {
+		case errors.As(err, &te) && te.Field == "":
+			return &apiError{status: http.StatusBadRequest, msg: "the body must be a JSON object, not " + te.Value, field: "body"}
 		case errors.As(err, &te):
 			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s must be %s, not %s", te.Field, te.Type, te.Value), field: te.Field}
 		case errors.As(err, &se):
 			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se), field: "body"}
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return &apiError{status: http.StatusBadRequest, msg: "unknown field " + f, field: f}
 		}
 		return &apiError{status: http.StatusBadRequest, msg: "malformed JSON: " + err.Error(), field: "body"}
 	}
-	if dec.More() {
-		return &apiError{status: http.StatusBadRequest, msg: "trailing data after the JSON body", field: "body"}
+	// Then the API server's strict decoder, for what encoding/json lets
+	// through: unknown fields, keys matched case-insensitively ("ENV" for
+	// env) and duplicate keys. It decodes into a throwaway value, as its
+	// numbers in untyped fields are int64.
+	strict, err := kjson.UnmarshalStrict(data, reflect.New(reflect.TypeOf(v).Elem()).Interface())
+	if err != nil {
+		return &apiError{status: http.StatusBadRequest, msg: "malformed JSON: " + err.Error(), field: "body"}
+	}
+	if len(strict) > 0 {
+		field := "body"
+		var fp interface{ FieldPath() string }
+		if errors.As(strict[0], &fp) && fp.FieldPath() != "" {
+			field = fp.FieldPath()
+		}
+		msg := strict[0].Error()
+		if len(strict) > 1 {
+			msg += fmt.Sprintf(" (and %d more)", len(strict)-1)
+		}
+		return &apiError{status: http.StatusBadRequest, msg: msg + "; field names are case-sensitive and may appear once", field: field}
 	}
 	return nil
 }
@@ -277,7 +299,17 @@ func (h *handlers) stop(c echo.Context) error {
 			return &apiError{status: http.StatusBadRequest, msg: "now must be true or false", field: "now"}
 		}
 	}
-	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, now, h.opts.StopWait)
+	// The hub class sends the wait it can afford below its request timeout;
+	// --stop-wait stays the ceiling.
+	wait := h.opts.StopWait
+	if v := c.QueryParam("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return &apiError{status: http.StatusBadRequest, msg: "wait must be a non-negative duration such as 5s", field: "wait"}
+		}
+		wait = min(wait, d)
+	}
+	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, now, wait)
 	if err != nil {
 		return err
 	}
@@ -300,6 +332,16 @@ func (h *handlers) progress(c echo.Context) error {
 		return err
 	}
 	srv := h.opts.Servers.Server(key)
+	// The stream outlives the server's read and write timeouts: lift them
+	// for this connection (the upgrader clears the socket's deadlines as
+	// well); the pings below and the per-message write deadline bound it.
+	rc := http.NewResponseController(c.Response())
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("clearing the write deadline of the progress stream: %w", err)
+	}
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("clearing the read deadline of the progress stream: %w", err)
+	}
 	ws, err := upgrader.Upgrade(c.Response(), c.Request(), nil)
 	if err != nil {
 		return nil // the upgrader has answered already

@@ -2,6 +2,7 @@ package hubapi
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -76,7 +77,7 @@ func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims)
 
 func goodClaims(user string) jwt.MapClaims {
 	now := time.Now()
-	return jwt.MapClaims{"iss": "jupyterhub", "aud": "spawnerd", "sub": user, "iat": now.Unix(), "exp": now.Add(time.Minute).Unix()}
+	return jwt.MapClaims{"iss": "jupyterhub", "aud": "spawnerd", "sub": user, "iat": now.Unix(), "exp": now.Add(time.Minute).Unix(), "jti": rand.Text()}
 }
 
 func call(t *testing.T, srv *httptest.Server, method, path, token, body string) (int, ErrorBody) {
@@ -120,7 +121,9 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 		"wrong issuer":     sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["iss"] = "mallory" })),
 		"no exp":           sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "exp") })),
 		"no iat":           sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "iat") })),
-		"lifetime > 5 min": sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(10 * time.Minute).Unix() })),
+		"lifetime > 60 s":  sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["exp"] = time.Now().Add(2 * time.Minute).Unix() })),
+		"no jti":           sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "jti") })),
+		"over 8 KiB":       sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { c["pad"] = strings.Repeat("x", 9<<10) })),
 		"no subject":       sign(t, jwt.SigningMethodHS256, secret, with(func(c jwt.MapClaims) { delete(c, "sub") })),
 		"garbage":          "not.a.jwt",
 	}
@@ -142,11 +145,11 @@ func TestAuthRefusesBadTokens(t *testing.T) {
 
 func TestAuthUserAndAdminChecks(t *testing.T) {
 	srv, fs := newTestServer(t, nil)
-	bob := sign(t, jwt.SigningMethodHS256, secret, goodClaims("bob"))
-	if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", bob, `{}`); code != http.StatusForbidden || e.Field != "user" {
+	bob := func() string { return sign(t, jwt.SigningMethodHS256, secret, goodClaims("bob")) }
+	if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", bob(), `{}`); code != http.StatusForbidden || e.Field != "user" {
 		t.Errorf("bob starting alice's server: %d %+v", code, e)
 	}
-	if code, _ := call(t, srv, http.MethodGet, "/api/v1/servers", bob, ""); code != http.StatusForbidden {
+	if code, _ := call(t, srv, http.MethodGet, "/api/v1/servers", bob(), ""); code != http.StatusForbidden {
 		t.Errorf("admin list without admin claim: %d", code)
 	}
 	admin := goodClaims("hub-admin")
@@ -161,7 +164,6 @@ func TestAuthUserAndAdminChecks(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	srv, fs := newTestServer(t, nil)
-	tok := sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice"))
 	cases := map[string]struct {
 		path, body string
 		code       int
@@ -171,6 +173,11 @@ func TestBadInput(t *testing.T) {
 		"trailing data":   {"/api/v1/users/alice/server", `{} {}`, 400, "body"},
 		"wrong type":      {"/api/v1/users/alice/server", `{"user_id": "seven"}`, 400, "user_id"},
 		"unknown field":   {"/api/v1/users/alice/server", `{"colour": 1}`, 400, "colour"},
+		"trailing brace":  {"/api/v1/users/alice/server", `{}}`, 400, "body"},
+		"key case":        {"/api/v1/users/alice/server", `{"ENV": {"A": "1"}}`, 400, "ENV"},
+		"duplicate key":   {"/api/v1/users/alice/server", `{"env": {}, "env": {"A": "1"}}`, 400, "env"},
+		"duplicate inner": {"/api/v1/users/alice/server", `{"env": {"A": "1", "A": "2"}}`, 400, "env.A"},
+		"inner key case":  {"/api/v1/users/alice/server", `{"state": {"PVC_NAME": "x"}}`, 400, "state.PVC_NAME"},
 		"oversized":       {"/api/v1/users/alice/server", `{"env": {"A": "` + strings.Repeat("x", 70<<10) + `"}}`, 413, "body"},
 		"unknown profile": {"/api/v1/users/alice/server", `{"user_options": {"profile": "nope"}}`, 400, "user_options.profile"},
 		"bad now":         {"/api/v1/users/alice/server?now=perhaps", ``, 400, "now"},
@@ -181,7 +188,7 @@ func TestBadInput(t *testing.T) {
 			if strings.Contains(tc.path, "now=") {
 				method = http.MethodDelete
 			}
-			code, e := call(t, srv, method, tc.path, tok, tc.body)
+			code, e := call(t, srv, method, tc.path, sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice")), tc.body)
 			if code != tc.code || e.Field != tc.field || e.Error == "" {
 				t.Errorf("got %d %+v, want %d naming %q", code, e, tc.code, tc.field)
 			}

@@ -64,8 +64,8 @@ func TestDeleteForeverPassesTheSavedState(t *testing.T) {
 
 func TestDeleteForeverRefusals(t *testing.T) {
 	srv, fs := newTestServer(t, nil)
-	alice := sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice"))
-	bob := sign(t, jwt.SigningMethodHS256, secret, goodClaims("bob"))
+	// Tokens are accepted once, so each case names the user it signs for.
+	alice, bob := "alice", "bob"
 	long := strings.Repeat("a", 254)
 	cases := map[string]struct {
 		path, token string
@@ -84,7 +84,11 @@ func TestDeleteForeverRefusals(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			code, e := call(t, srv, http.MethodDelete, tc.path, tc.token, "")
+			tok := ""
+			if tc.token != "" {
+				tok = sign(t, jwt.SigningMethodHS256, secret, goodClaims(tc.token))
+			}
+			code, e := call(t, srv, http.MethodDelete, tc.path, tok, "")
 			if code != tc.code || e.Field != tc.field || e.Error == "" {
 				t.Errorf("got %d %+v, want %d naming %q", code, e, tc.code, tc.field)
 			}
@@ -95,15 +99,15 @@ func TestDeleteForeverRefusals(t *testing.T) {
 	}
 
 	fs.foreverErr = fmt.Errorf("deleting forever: %w", lifecycle.ErrActive)
-	if code, e := call(t, srv, http.MethodDelete, "/api/v1/users/alice/server/storage", alice, ""); code != http.StatusConflict || e.Field != "server" {
+	if code, e := call(t, srv, http.MethodDelete, "/api/v1/users/alice/server/storage", sign(t, jwt.SigningMethodHS256, secret, goodClaims(alice)), ""); code != http.StatusConflict || e.Field != "server" {
 		t.Errorf("running server: got %d %+v, want 409 naming server", code, e)
 	}
 }
 
 func TestStartPassesTheSavedPVCName(t *testing.T) {
 	srv, fs := newTestServer(t, nil)
-	tok := sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice"))
-	if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok, `{"state": {"pvc_name": "claim-old-alice"}}`); code != http.StatusAccepted {
+	tok := func() string { return sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice")) }
+	if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok(), `{"state": {"pvc_name": "claim-old-alice"}}`); code != http.StatusAccepted {
 		t.Fatalf("start: %d %+v", code, e)
 	}
 	if got := fs.started[len(fs.started)-1].SavedPVCName; got != "claim-old-alice" {
@@ -111,11 +115,11 @@ func TestStartPassesTheSavedPVCName(t *testing.T) {
 	}
 	for body, field := range map[string]string{
 		`{"state": {"pvc_name": "Not A Name"}}`: "state.pvc_name",
-		`{"state": {"pod_name": "x"}}`:          "pod_name",
+		`{"state": {"pod_name": "x"}}`:          "state.pod_name", // the path of the unknown field
 		`{"state": {"pvc_name": 3}}`:            "state.pvc_name",
 	} {
 		n := len(fs.started)
-		if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok, body); code != http.StatusBadRequest || e.Field != field {
+		if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok(), body); code != http.StatusBadRequest || e.Field != field {
 			t.Errorf("%s: got %d %+v, want 400 naming %s", body, code, e, field)
 		}
 		if len(fs.started) != n {

@@ -549,6 +549,9 @@ func Parse(data []byte) (*Config, error) {
 	if len(errs) == 0 {
 		errs = append(errs, cfg.validateProfiles()...)
 	}
+	if len(errs) == 0 {
+		cfg.fillGPUClasses()
+	}
 	cfg.KubeSpawner = *s
 	cfg.KubeSpawner.ProfileList = cfg.Profiles()
 	if len(errs) > 0 {

@@ -36,6 +36,10 @@ type Profile struct {
 	KubeSpawnerOverride map[string]any `json:"-"`
 	// ProfileOptions are the profile's further choices, in written order.
 	ProfileOptions ProfileOptions `json:"profile_options"`
+	// GPUClass is the GPU class a spawn with this profile (and its default
+	// choices) gets, "" for none: the hub class gives only GPU spawns the
+	// longer reservation deadline.
+	GPUClass string `json:"gpu_class"`
 
 	// src is the profile's key in profile_list (index or dict key) and
 	// path its place in the file, for key order and error paths.
@@ -75,6 +79,8 @@ type Choice struct {
 	Default bool `json:"default"`
 	// KubeSpawnerOverride sets traits when this choice is made.
 	KubeSpawnerOverride map[string]any `json:"-"`
+	// GPUClass is the GPU class a spawn with this choice gets ("" for none).
+	GPUClass string `json:"gpu_class"`
 }
 
 // UnlistedChoice is an option's free-text value.
@@ -406,6 +412,26 @@ func reorder[T any](items []T, written []string, name func(T) string) []T {
 // modified.
 func (c *Config) Profiles() []Profile {
 	return append([]Profile(nil), c.profiles...)
+}
+
+// fillGPUClasses records on each profile and choice the GPU class a spawn
+// with it gets, from the base settings and the overrides together, so that
+// the hub can tell GPU spawns apart without reading overrides.
+func (c *Config) fillGPUClasses() {
+	for i := range c.profiles {
+		p := &c.profiles[i]
+		if s, err := c.Resolve(map[string]any{"profile": p.Slug}); err == nil {
+			p.GPUClass = s.GPUClass
+		}
+		for j := range p.ProfileOptions {
+			o := &p.ProfileOptions[j]
+			for k := range o.Choices {
+				if s, err := c.Resolve(map[string]any{"profile": p.Slug, o.Name: o.Choices[k].Name}); err == nil {
+					o.Choices[k].GPUClass = s.GPUClass
+				}
+			}
+		}
+	}
 }
 
 // defaultProfile returns the first profile marked default.

@@ -88,6 +88,35 @@ func TestProfilesInitialized(t *testing.T) {
 	}
 }
 
+// The profile list tells the hub each profile's and choice's effective GPU
+// class: its own override over the base's.
+func TestProfilesCarryTheirGPUClass(t *testing.T) {
+	cfg := mustParse(t, `
+kubespawner:
+  gpu_class: a30
+  profile_list:
+  - display_name: CPU
+    slug: cpu
+    kubespawner_override: {gpu_class: ""}
+  - display_name: GPU
+    slug: gpu
+    profile_options:
+      card:
+        display_name: Card
+        choices:
+          a30: {display_name: A30, default: true}
+          a5000: {display_name: A5000, kubespawner_override: {gpu_class: a5000}}
+`)
+	ps := cfg.Profiles()
+	if ps[0].GPUClass != "" || ps[1].GPUClass != "a30" {
+		t.Errorf("profile classes %q, %q; want \"\", a30", ps[0].GPUClass, ps[1].GPUClass)
+	}
+	choices := ps[1].ProfileOptions[0].Choices
+	if choices[0].GPUClass != "a30" || choices[1].GPUClass != "a5000" {
+		t.Errorf("choice classes %q, %q; want a30, a5000", choices[0].GPUClass, choices[1].GPUClass)
+	}
+}
+
 func TestProfilesJSON(t *testing.T) {
 	cfg := mustParse(t, profilesConfig)
 	b, err := json.Marshal(cfg.Profiles()[1])
@@ -97,7 +126,7 @@ func TestProfilesJSON(t *testing.T) {
 	got := string(b)
 	for _, want := range []string{
 		`"slug":"ds"`,
-		`"profile_options":{"size":{"display_name":"Size","choices":{"medium":{"display_name":"Medium","default":true},"big":{"display_name":"Big","default":false}}`,
+		`"profile_options":{"size":{"display_name":"Size","choices":{"medium":{"display_name":"Medium","default":true,"gpu_class":""},"big":{"display_name":"Big","default":false,"gpu_class":""}}`,
 		`"unlisted_choice":{"enabled":true,"display_name":"Custom image","display_name_in_choices":"Other...","validation_regex":"ucsdets/","validation_message":"Images must come from ucsdets/."}`,
 	} {
 		if !strings.Contains(got, want) {

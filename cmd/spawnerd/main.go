@@ -116,18 +116,24 @@ func serve(args []string) error {
 	secretFile := fs.String("shared-secret-file", "", "file with the secret the hub signs its tokens with (else $SPAWNERD_SHARED_SECRET)")
 	issuer := fs.String("token-issuer", "jupyterhub", "required iss claim of the hub's tokens (empty: any)")
 	hubAPI := fs.String("hub-api-url", "", "the hub's REST API, e.g. http://127.0.0.1:8081/hub/api, told when a server stops on its own")
-	hubTokenFile := fs.String("hub-token-file", "", "file with the hub service token (admin:servers) (else $SPAWNERD_HUB_TOKEN)")
+	hubTokenFile := fs.String("hub-token-file", "", "file with the hub service token, scope delete:servers (else $SPAWNERD_HUB_TOKEN)")
 	proxyAPI := fs.String("proxy-api-url", "", "configurable-http-proxy's REST API, e.g. http://127.0.0.1:8001; used only when the hub cannot be reached")
 	proxyTokenFile := fs.String("proxy-token-file", "", "file with the proxy's auth token (else $CONFIGPROXY_AUTH_TOKEN)")
 	baseURL := fs.String("hub-base-url", "/", "the hub's base_url, for proxy route paths")
 	stopWait := fs.Duration("stop-wait", 10*time.Second, "how long DELETE waits for the pod to go before answering 202")
 	debug := fs.Bool("debug", false, "debug logging")
+	var limits serverLimits
+	limits.register(fs)
 	var rf reservationFlags
 	rf.register(fs)
 	_ = fs.Parse(args)
 	if *configPath == "" {
 		return errors.New("serve needs --config")
 	}
+	if err := limits.check(*stopWait); err != nil {
+		return err
+	}
+	rf.limits = limits
 
 	zcfg := zap.NewProductionConfig()
 	if *debug {
@@ -238,7 +244,8 @@ func serve(args []string) error {
 	if gpu != nil {
 		go func() { watchErr <- gpu.controller.Run(ctx) }()
 	}
-	srv := &http.Server{Addr: *listen, Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	srv := limits.newServer(api)
+	srv.Addr = *listen
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
 	log.Info("serving", zap.String("listen", *listen), zap.String("namespace", watchNS), zap.Bool("hub_notify", *hubAPI != ""))
@@ -258,6 +265,45 @@ func serve(args []string) error {
 		_ = gpu.webhook.Shutdown(shutdownCtx)
 	}
 	return srv.Shutdown(shutdownCtx)
+}
+
+// serverLimits bound what one client can hold of the API and webhook
+// servers: slow headers or bodies, a slow reader of the answer, an idle
+// keep-alive connection, huge headers.
+type serverLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}
+
+func (l *serverLimits) register(fs *flag.FlagSet) {
+	fs.DurationVar(&l.readHeader, "read-header-timeout", 10*time.Second, "longest time to read a request's headers")
+	fs.DurationVar(&l.read, "read-timeout", 30*time.Second, "longest time to read a whole request, body included")
+	fs.DurationVar(&l.write, "write-timeout", 60*time.Second, "longest time from the end of a request's headers to the end of its answer (not the progress WebSocket); must exceed --stop-wait")
+	fs.DurationVar(&l.idle, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&l.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes (the bearer token alone is capped at 8 KiB)")
+}
+
+// check refuses limits that would cut off the API's own waits: a DELETE
+// waits up to stopWait before it answers.
+func (l serverLimits) check(stopWait time.Duration) error {
+	for name, d := range map[string]time.Duration{"--read-header-timeout": l.readHeader, "--read-timeout": l.read, "--write-timeout": l.write, "--idle-timeout": l.idle} {
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive, got %s", name, d)
+		}
+	}
+	if l.write <= stopWait+5*time.Second {
+		return fmt.Errorf("--write-timeout (%s) must exceed --stop-wait (%s) by more than 5s, or a slow stop is cut off", l.write, stopWait)
+	}
+	if l.maxHeaderBytes < 16<<10 {
+		return fmt.Errorf("--max-header-bytes must be at least %d (a full-size token and the other headers), got %d", 16<<10, l.maxHeaderBytes)
+	}
+	return nil
+}
+
+// newServer returns an HTTP server for h with the limits.
+func (l serverLimits) newServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read, WriteTimeout: l.write,
+		IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
 }
 
 func newNotifier(hubAPI, hubTokenFile, proxyAPI, proxyTokenFile, baseURL string, log *zap.Logger) (*hubclient.Notifier, error) {

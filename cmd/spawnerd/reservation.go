@@ -36,6 +36,8 @@ type reservationFlags struct {
 	webhookListen                   string
 	webhookCert, webhookKey         string
 	webhookHosts, webhookConfigName string
+	// limits are the API server's, set by serve after parsing.
+	limits serverLimits
 }
 
 func (f *reservationFlags) register(fs *flag.FlagSet) {
@@ -108,10 +110,12 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 		return parts, nil
 	}
 	var cert tls.Certificate
+	var certFiles *admission.CertFiles // reloaded when the files change
 	if f.webhookCert != "" {
-		if cert, err = tls.LoadX509KeyPair(f.webhookCert, f.webhookKey); err != nil {
-			return nil, fmt.Errorf("webhook certificate: %w", err)
+		if certFiles, err = admission.LoadCertFiles(f.webhookCert, f.webhookKey, log.Named("admission")); err != nil {
+			return nil, err
 		}
+		go certFiles.Watch(ctx, 30*time.Second)
 	} else {
 		var caPEM []byte
 		cert, caPEM, err = admission.SelfSigned(strings.Split(f.webhookHosts, ","), time.Now())
@@ -133,8 +137,12 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	if err != nil {
 		return nil, fmt.Errorf("webhook listener: %w", err)
 	}
-	parts.webhook = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	parts.webhook = &http.Server{Handler: mux, ReadHeaderTimeout: f.limits.readHeader, ReadTimeout: f.limits.read,
+		WriteTimeout: f.limits.write, IdleTimeout: f.limits.idle, MaxHeaderBytes: f.limits.maxHeaderBytes,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	if certFiles != nil {
+		parts.webhook.TLSConfig.Certificates, parts.webhook.TLSConfig.GetCertificate = nil, certFiles.GetCertificate
+	}
 	go func() {
 		if err := parts.webhook.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("webhook server", zap.Error(err))

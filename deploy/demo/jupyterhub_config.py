@@ -10,6 +10,8 @@ Everything is read from the environment, with defaults for a single-machine demo
   SPAWNERD_URL=http://127.0.0.1:8090
   SPAWNERD_SHARED_SECRET   or SPAWNERD_SHARED_SECRET_FILE: the secret shared with spawnerd
   SPAWNERD_HUB_TOKEN       API token spawnerd uses to call the hub (token-only service "spawnerd")
+  DEMO_HUB_ADMIN_TOKEN     demo only: token of service "demo-admin", which lists and stops every
+                           server (hack/hub-stop-servers.py on Ctrl-C, the demo test)
   HUB_CONNECT_URL          how notebook servers reach the hub, default http://127.0.0.1:$HUB_PORT
   HUB_ADMIN_USER           an admin user, created at startup
   HUB_DUMMY_PASSWORD       password for every user (DummyAuthenticator); unset = any password
@@ -89,16 +91,33 @@ c.Spawner.http_timeout = env_int("HUB_HTTP_TIMEOUT", 30)
 c.Spawner.poll_interval = env_int("HUB_POLL_INTERVAL", 30)
 
 # --- spawnerd's own identity at the hub --------------------------------------
-# A token-only service: the hub neither starts nor proxies it. spawnerd uses it
-# to read users and servers, tell the hub a server died, and check routes.
+# A token-only service: the hub neither starts nor proxies it. spawnerd's one
+# call is DELETE /users/{name}/server[s/{server}] when a server stopped on its
+# own, which needs delete:servers and nothing else (routes are checked with
+# the proxy's own token).
+services, roles = [], []
 hub_token = os.environ.get("SPAWNERD_HUB_TOKEN")
 if hub_token:
-    c.JupyterHub.services = [{"name": "spawnerd", "api_token": hub_token}]
-    c.JupyterHub.load_roles = [
+    services.append({"name": "spawnerd", "api_token": hub_token})
+    roles.append(
         {
             "name": "spawnerd",
-            "description": "spawnerd: servers, users and the proxy",
+            "description": "spawnerd: tell the hub a server stopped",
             "services": ["spawnerd"],
-            "scopes": ["admin:servers", "list:users", "read:users", "proxy"],
+            "scopes": ["delete:servers"],
         }
-    ]
+    )
+# Demo only: what hack/hub-stop-servers.py needs to stop every server on Ctrl-C.
+admin_token = os.environ.get("DEMO_HUB_ADMIN_TOKEN")
+if admin_token:
+    services.append({"name": "demo-admin", "api_token": admin_token})
+    roles.append(
+        {
+            "name": "demo-admin",
+            "description": "demo: list users and stop their servers",
+            "services": ["demo-admin"],
+            "scopes": ["list:users", "read:servers", "delete:servers"],
+        }
+    )
+c.JupyterHub.services = services
+c.JupyterHub.load_roles = roles

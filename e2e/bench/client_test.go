@@ -15,9 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/hubapi"
 )
 
 // apiClient calls spawnerd's API as the hub-side spawner class does, from
@@ -36,11 +35,7 @@ func newAPIClient(api *harness.Spawnerd, conns int) *apiClient {
 
 // token signs what the hub-side class signs (harness.Token, without a testing.TB).
 func (c *apiClient) token(user string) (string, error) {
-	now := time.Now()
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"iss": "jupyterhub", "aud": "spawnerd", "sub": user, "admin": false,
-		"iat": now.Unix(), "exp": now.Add(time.Minute).Unix(),
-	}).SignedString(c.secret)
+	tok, err := hubapi.Sign(c.secret, user, false, time.Now())
 	if err != nil {
 		return "", fmt.Errorf("signing a token for %s: %w", user, err)
 	}

@@ -263,7 +263,8 @@ type hubServer struct {
 // every user's default server.
 func (d *demo) hubServers(t *testing.T) map[string]hubServer {
 	t.Helper()
-	token := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "hub-token")))
+	// The demo's admin service token: spawnerd's own hub-token may only stop servers.
+	token := strings.TrimSpace(readFile(t, filepath.Join(d.dir, "hub-admin-token")))
 	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/hub/api/users", d.ports["HUB_PORT"]), nil)
 	req.Header.Set("Authorization", "token "+token)
 	resp, err := http.DefaultClient.Do(req)

@@ -46,10 +46,12 @@ func TestManifestsMatchChart(t *testing.T) {
 	// The committed file must be the operator's whole install but the Secret.
 	m := decode(t, got)
 	wantIDs := []string{
+		"NetworkPolicy/jhub/spawnerd",
 		"ServiceAccount/jhub/spawnerd", "ConfigMap/jhub/spawnerd",
 		"Role/jhub/spawnerd", "Role/jhub/spawnerd-leader-election",
 		"RoleBinding/jhub/spawnerd", "RoleBinding/jhub/spawnerd-leader-election",
 		"Service/jhub/spawnerd", "Deployment/jhub/spawnerd",
+		"ValidatingAdmissionPolicy//jhub-spawnerd-pod-writes", "ValidatingAdmissionPolicyBinding//jhub-spawnerd-pod-writes",
 	}
 	if ids := m.ids(); !reflect.DeepEqual(ids, wantIDs) {
 		t.Errorf("plain manifests hold %v, want %v", ids, wantIDs)

@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +46,8 @@ func (e *Env) StartSpawnerd(t testing.TB, bin string, opts SpawnerdOptions) *Spa
 	if err := os.WriteFile(cfgPath, []byte(opts.Config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	secret := []byte("e2e-shared-secret-" + strconv.FormatInt(time.Now().UnixNano(), 36))
+	// 44 bytes: spawnerd wants at least 32 (hubapi.MinSecretBytes).
+	secret := []byte("e2e-shared-secret-" + rand.Text())
 	secretPath := filepath.Join(dir, "secret")
 	if err := os.WriteFile(secretPath, append(secret, '\n'), 0o600); err != nil {
 		t.Fatal(err)

@@ -59,14 +59,20 @@ type stack struct {
 // rarely (600 s), so every reaction the test sees is spawnerd's own.
 func newStack(t *testing.T, hubEnv ...string) *stack {
 	t.Helper()
+	return newStackWith(t, nil, hubEnv...)
+}
+
+// newStackWith is newStack with more spawnerd flags.
+func newStackWith(t *testing.T, spawnerdArgs []string, hubEnv ...string) *stack {
+	t.Helper()
 	ns := env.Namespace(t)
 	proxy := harness.StartProxy(t)
 	hubPort := harness.FreePort(t)
 	hubToken := fmt.Sprintf("hub-token-%d", time.Now().UnixNano())
 	api := env.StartSpawnerd(t, bin, harness.SpawnerdOptions{
 		Config: fmt.Sprintf(spawnerConfig, ns),
-		Args: []string{"--hub-api-url", fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort),
-			"--proxy-api-url", proxy.APIURL},
+		Args: append([]string{"--hub-api-url", fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort),
+			"--proxy-api-url", proxy.APIURL}, spawnerdArgs...),
 		Env: []string{"SPAWNERD_HUB_TOKEN=" + hubToken, "CONFIGPROXY_AUTH_TOKEN=" + proxy.Token},
 	})
 	hub := env.StartHub(t, harness.HubOptions{

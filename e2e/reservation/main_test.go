@@ -48,6 +48,9 @@ var (
 	clk    *clocktesting.FakeClock
 	writes atomic.Int64 // API writes by the controller's client
 	reads  atomic.Int64
+	// beforeWrite, when set, runs before each API write of the controller's
+	// client (a test races a write with it).
+	beforeWrite atomic.Pointer[func(*http.Request)]
 )
 
 // One class per scenario, each with nodes of its own, so scenarios do not
@@ -118,6 +121,9 @@ func setup(e *harness.Env) error {
 				}
 			} else {
 				writes.Add(1)
+				if hook := beforeWrite.Load(); hook != nil {
+					(*hook)(r)
+				}
 			}
 			return rt.RoundTrip(r)
 		})
@@ -171,24 +177,15 @@ func startWebhook(ctx context.Context, e *harness.Env, cfg reservation.Config) e
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	url := fmt.Sprintf("https://%s/mutate", ln.Addr())
-	ignore, none := admissionregv1.Ignore, admissionregv1.SideEffectClassNone
-	rules := func(group string, resources []string, ops ...admissionregv1.OperationType) admissionregv1.RuleWithOperations {
-		return admissionregv1.RuleWithOperations{Operations: ops, Rule: admissionregv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: resources}}
+	// The chart's webhook configuration, pointed at this process.
+	whc, err := chartWebhook(e)
+	if err != nil {
+		return err
 	}
-	whc := &admissionregv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "spawnerd-gpu"},
-		Webhooks: []admissionregv1.MutatingWebhook{{
-			Name: "gpu.spawnerd.dsmlp.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: &url},
-			AdmissionReviewVersions: []string{"v1"}, SideEffects: &none, FailurePolicy: &ignore, TimeoutSeconds: ptr.To[int32](5),
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", ns}}}},
-			Rules: []admissionregv1.RuleWithOperations{
-				rules("", []string{"pods"}, admissionregv1.Create),
-				rules("apps", []string{"deployments", "statefulsets", "replicasets", "daemonsets"}, admissionregv1.Create, admissionregv1.Update),
-				rules("batch", []string{"jobs", "cronjobs"}, admissionregv1.Create, admissionregv1.Update),
-			},
-		}},
+	whc.Name = "spawnerd-gpu"
+	url := fmt.Sprintf("https://%s/mutate", ln.Addr())
+	for i := range whc.Webhooks {
+		whc.Webhooks[i].ClientConfig = admissionregv1.WebhookClientConfig{URL: &url}
 	}
 	api := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	if _, err := api.Create(ctx, whc, metav1.CreateOptions{}); err != nil {

@@ -66,7 +66,10 @@ func TestJobAndDeploymentAdmitted(t *testing.T) {
 	ctx := context.Background()
 	jobT := gpuTemplate("work")
 	jobT.Spec.RestartPolicy = corev1.RestartPolicyNever
-	job, err := env.Client.BatchV1().Jobs(n).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train"},
+	// The webhook selects objects by their own labels: the class label on
+	// the Job and Deployment themselves gets their templates mutated.
+	classLabel := map[string]string{reservation.ClassLabel: "work"}
+	job, err := env.Client.BatchV1().Jobs(n).Create(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Labels: classLabel},
 		Spec: batchv1.JobSpec{Template: jobT, BackoffLimit: ptr.To[int32](0)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +78,7 @@ func TestJobAndDeploymentAdmitted(t *testing.T) {
 		t.Errorf("job template not given the class node selection: %v", job.Spec.Template.Spec.NodeSelector)
 	}
 	depT := gpuTemplate("work")
-	dep, err := env.Client.AppsV1().Deployments(n).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "serve"},
+	dep, err := env.Client.AppsV1().Deployments(n).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "serve", Labels: classLabel},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "gpu-work"}}, Template: depT}},
 		metav1.CreateOptions{})
 	if err != nil {

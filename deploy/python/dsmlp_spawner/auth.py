@@ -6,8 +6,9 @@ import time
 
 import jwt
 
-# TOKEN_LIFETIME is how long a token stays valid; spawnerd refuses tokens
-# that live longer than 5 minutes, and one token is minted per request.
+# TOKEN_LIFETIME is how long a token stays valid. spawnerd refuses tokens
+# that live longer than 60 s, and accepts each jti once (it remembers jtis
+# for a token's lifetime), so one token is minted per request, with a fresh jti.
 TOKEN_LIFETIME = 60
 
 ISSUER = "jupyterhub"
@@ -64,6 +65,10 @@ class TokenSigner:
     """
 
     def __init__(self, secret, clock=time.time, lifetime=TOKEN_LIFETIME):
+        if not 0 < lifetime <= TOKEN_LIFETIME:
+            raise ValueError(
+                f"token lifetime must be from 1 to {TOKEN_LIFETIME} s (spawnerd's limit), got {lifetime}"
+            )
         self._secret = secret
         self._clock = clock
         self._lifetime = lifetime

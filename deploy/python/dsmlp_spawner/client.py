@@ -11,6 +11,8 @@ API_PREFIX = "/api/v1"
 
 WRONG_SECRET = "wrong shared secret: spawnerd refused the token (401)"
 
+MISROUTED = "The spawner service is misconfigured; please contact the administrators."
+
 
 class TransportError(RuntimeError):
     """TransportError means spawnerd could not be reached or did not answer in time."""
@@ -32,6 +34,23 @@ class ServiceError(RuntimeError):
         where = f" (field {field})" if field else ""
         super().__init__(f"{action}: spawnerd answered {status}: {error}{where}")
         self.jupyterhub_message = f"{error}{where}"
+
+
+class MisroutedError(ServiceError):
+    """MisroutedError means something other than spawnerd answered (e.g. a 404).
+
+    spawnerd never answers 404 on its server routes (an unknown server is
+    200 with status "absent"), so a 404 means a wrong service_url or an
+    ingress in the way: the server's fate is unknown, not "gone".
+    """
+
+    def __init__(self, action, status, error, url):
+        super().__init__(action, status, error)
+        self.args = (
+            f"{action}: {url} answered {status} ({error or 'no spawnerd error body'}): "
+            "spawnerd never answers that on this route; check service_url",
+        )
+        self.jupyterhub_message = MISROUTED
 
 
 class AuthError(ServiceError):
@@ -73,10 +92,14 @@ class Client:
     one is minted per request so none outlives its 60 s lifetime.
     """
 
-    def __init__(self, base_url, token_for, timeout, http_client=None):
+    def __init__(self, base_url, token_for, timeout, http_client=None, ping_interval=None):
         self._base = base_url.rstrip("/")
         self._token_for = token_for
         self._timeout = timeout
+        # Progress WebSocket keep-alive: a spawnerd that hangs without closing
+        # the socket is noticed within about 2 * ping_interval + timeout
+        # seconds, plus tornado's 5 s wait for the close handshake.
+        self._ping_interval = ping_interval
         # The hub configures AsyncHTTPClient (pycurl when installed), so use its instance.
         self._http = http_client
 
@@ -115,10 +138,13 @@ class Client:
             )
         if response.code == 401:
             raise AuthError(action)
+        if response.code == 404:
+            error, _ = _error_body(response.body)
+            raise MisroutedError(action, 404, error or response.reason or "", self._base + path)
         if response.code not in ok:
             error, field = _error_body(response.body)
             raise ServiceError(action, response.code, error or response.reason or "", field)
-        if response.code in (204, 404) or not response.body:
+        if response.code == 204 or not response.body:
             return response.code, None
         try:
             data = json.loads(response.body)
@@ -142,16 +168,28 @@ class Client:
         return model or {}
 
     async def status(self, user, server_name):
-        """status returns the server model, or None when spawnerd does not know the server."""
-        code, model = await self._call(
-            "reading server status", "GET", server_path(user, server_name), user, (200, 404)
-        )
-        return None if code == 404 else (model or {})
+        """status returns the server model (status "absent" when spawnerd does not know the server).
 
-    async def delete(self, user, server_name, now):
-        """delete asks spawnerd to stop a server; it returns 204 (gone), 202 (stopping) or 404 (unknown)."""
-        path = server_path(user, server_name) + ("?now=true" if now else "?now=false")
-        code, _ = await self._call("stopping server", "DELETE", path, user, (202, 204, 404))
+        A 404, or a 200 that is not a server model, is a MisroutedError: it
+        does not come from spawnerd.
+        """
+        path = server_path(user, server_name)
+        _, model = await self._call("reading server status", "GET", path, user, (200,))
+        if not isinstance((model or {}).get("status"), str):
+            raise MisroutedError("reading server status", 200, "answer has no status", self._base + path)
+        return model
+
+    async def delete(self, user, server_name, now, wait=None):
+        """delete asks spawnerd to stop a server; it returns 204 (gone) or 202 (stopping).
+
+        ``wait`` (seconds) caps how long spawnerd waits for the pod before
+        answering 202; spawnerd clamps it to its --stop-wait.
+        """
+        query = {"now": "true" if now else "false"}
+        if wait is not None:
+            query["wait"] = f"{wait:g}s"
+        path = server_path(user, server_name) + "?" + urlencode(query)
+        code, _ = await self._call("stopping server", "DELETE", path, user, (202, 204))
         return code
 
     async def delete_forever(self, user, server_name, state, user_id):
@@ -183,7 +221,15 @@ class Client:
             connect_timeout=self._timeout,
             request_timeout=self._timeout,
         )
-        connecting = websocket_connect(request)
+        ping = {}
+        if self._ping_interval:
+            # tornado checks the last pong once per interval, so the timeout
+            # must exceed the interval or a healthy stream would be closed.
+            ping = {
+                "ping_interval": self._ping_interval,
+                "ping_timeout": self._ping_interval + self._timeout,
+            }
+        connecting = websocket_connect(request, **ping)
         try:
             # Shielded: cancelling a pending websocket_connect would leave its
             # socket open, so on cancel close the connection once it exists.

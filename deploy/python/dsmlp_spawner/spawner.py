@@ -1,6 +1,7 @@
 """RemoteKubeSpawner: the hub-side Spawner that forwards start/poll/stop/progress to spawnerd."""
 
 import asyncio
+import inspect
 import json
 from urllib.parse import urlsplit
 
@@ -11,7 +12,7 @@ from traitlets import Float, Unicode, default
 
 from . import form
 from .auth import SecretError, TokenSigner, read_secret
-from .client import AuthError, Client, ServiceError, TransportError
+from .client import AuthError, Client, MisroutedError, ServiceError, TransportError
 from .events import EventLog
 
 # Server model statuses, as spawnerd reports them.
@@ -69,6 +70,20 @@ class RemoteKubeSpawner(Spawner):
         help="Seconds to wait for spawnerd to connect and answer one request.",
     ).tag(config=True)
 
+    stop_wait = Float(
+        help="""Seconds spawnerd may wait for a stopping pod before answering 202 (sent as
+        DELETE ?wait=; spawnerd clamps it to its --stop-wait). Must be below
+        request_timeout, so a slow stop is never taken for an unreachable spawnerd.
+        Default: half of request_timeout.""",
+    ).tag(config=True)
+
+    progress_ping_interval = Float(
+        15,
+        help="""Seconds between pings on the progress WebSocket; a spawnerd that does not
+        answer within progress_ping_interval + request_timeout is taken as gone and
+        start() falls back to polling. 0 disables the pings.""",
+    ).tag(config=True)
+
     poll_retry = Float(
         0.5,
         help="""Seconds between status checks when start() falls back from the
@@ -88,6 +103,10 @@ class RemoteKubeSpawner(Spawner):
         a GPU hold that needs a fix; this only keeps the hub from giving up first.
         Match spawnerd's reservation_wait_timeout. 0 keeps start_timeout.""",
     ).tag(config=True)
+
+    @default("stop_wait")
+    def _stop_wait_default(self):
+        return self.request_timeout / 2
 
     @default("env_keep")
     def _env_keep_default(self):
@@ -120,8 +139,18 @@ class RemoteKubeSpawner(Spawner):
         self._events = EventLog()
         self._start_task = None
         self._ordinary_start_timeout = None
+        if not 0 < self.stop_wait < self.request_timeout:
+            # Refused at start-up: with stop_wait >= request_timeout a slow
+            # stop would read as "cannot reach spawnerd" and be retried.
+            raise ValueError(
+                f"RemoteKubeSpawner.request_timeout ({self.request_timeout:g} s) must be greater "
+                f"than RemoteKubeSpawner.stop_wait ({self.stop_wait:g} s), and stop_wait above 0"
+            )
         self._client = Client(
-            self.service_url, TokenSigner(self._secret).token, self.request_timeout
+            self.service_url,
+            TokenSigner(self._secret).token,
+            self.request_timeout,
+            ping_interval=self.progress_ping_interval or None,
         )
         try:
             self._secret()
@@ -167,17 +196,57 @@ class RemoteKubeSpawner(Spawner):
 
     # --- start -------------------------------------------------------------
 
-    def run_pre_spawn_hook(self):
-        """run_pre_spawn_hook also widens the hub's start deadline for GPU waits.
+    async def run_pre_spawn_hook(self):
+        """run_pre_spawn_hook also widens the hub's start deadline for a GPU profile's waits.
 
-        The hub reads start_timeout right after this hook and before start()
-        runs, so this is the last moment to change it. spawnerd keeps the
-        ordinary start_timeout, which start() sends it.
+        The hub awaits this hook and reads start_timeout right after it,
+        before start() runs, so this is the last moment to change it. Only a
+        profile spawnerd reports with a gpu_class gets reservation_wait_timeout;
+        spawnerd keeps the ordinary start_timeout, which start() sends it.
         """
         if self._ordinary_start_timeout is None:
             self._ordinary_start_timeout = self.start_timeout
-        self.start_timeout = int(max(self._ordinary_start_timeout, self.reservation_wait_timeout))
-        return super().run_pre_spawn_hook()
+        self.start_timeout = self._ordinary_start_timeout
+        if self.reservation_wait_timeout > self.start_timeout and await self._wants_gpu():
+            self.start_timeout = int(self.reservation_wait_timeout)
+        result = super().run_pre_spawn_hook()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _wants_gpu(self):
+        """_wants_gpu says whether the chosen profile (or option choice) has a gpu_class.
+
+        When the answer is unknown (spawnerd unreachable, or one that does not
+        report gpu_class) it says yes: a cut-short GPU wait loses the user's
+        place, while spawnerd ends an ordinary start at start_timeout anyway.
+        """
+        try:
+            profiles = await self._client.profiles(self.user.name)
+        except (SecretError, TransportError, ServiceError) as err:
+            self.log.warning(
+                "spawnerd profile list failed, allowing the GPU wait %s error=%s", self._who, err
+            )
+            return True
+        if not profiles:
+            return False
+        if not any("gpu_class" in p for p in profiles):
+            self.log.warning(
+                "spawnerd reports no gpu_class in its profiles, allowing the GPU wait %s", self._who
+            )
+            return True
+        # The same choice of profile and option the form pre-selects, which
+        # is also spawnerd's default when user_options leave one out.
+        options = self.user_options or {}
+        slug = form._selected_profile(profiles, options)
+        chosen = next(p for p in profiles if p.get("slug") == slug)
+        if chosen.get("gpu_class"):
+            return True
+        for name, option in (chosen.get("profile_options") or {}).items():
+            pick, _ = form._selected_choice(option or {}, name, options)
+            if (((option or {}).get("choices") or {}).get(pick) or {}).get("gpu_class"):
+                return True
+        return False
 
     async def start(self):
         """start asks spawnerd for the server, follows its progress and returns its URL."""
@@ -322,6 +391,11 @@ class RemoteKubeSpawner(Spawner):
         except (SecretError, AuthError) as err:
             self.log.error("spawnerd poll refused %s error=%s", self._who, err)
             return None
+        except MisroutedError as err:
+            # Not spawnerd's answer: the server may well be running, and
+            # returning an exit code here would make the hub forget it.
+            self.log.error("spawnerd poll misrouted, keeping the server %s error=%s", self._who, err)
+            return None
         except (TransportError, ServiceError) as err:
             self.log.warning("spawnerd poll failed %s error=%s", self._who, err)
             return None
@@ -348,12 +422,28 @@ class RemoteKubeSpawner(Spawner):
         self._cancel_start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.stop_timeout
+        misrouted = 0
         while True:
             try:
-                code = await self._client.delete(self.user.name, self.name, now)
+                code = await self._client.delete(self.user.name, self.name, now, wait=self.stop_wait)
                 break
             except (SecretError, AuthError):
                 raise
+            except MisroutedError as err:
+                # The pod may still run, so this is no success. JupyterHub 3
+                # drops the server once stop() ends, raised or not, so keep
+                # the stop pending (the hub answers 202) until stop_timeout.
+                misrouted += 1
+                if misrouted == 1 or loop.time() + self.poll_retry > deadline:
+                    self.log.error(
+                        "spawnerd stop misrouted, the pod may still run %s attempts=%d error=%s",
+                        self._who,
+                        misrouted,
+                        err,
+                    )
+                if loop.time() + self.poll_retry > deadline:
+                    raise
+                await asyncio.sleep(self.poll_retry)
             except (TransportError, ServiceError) as err:
                 retryable = isinstance(err, TransportError) or err.status >= 500
                 if not retryable or loop.time() + self.poll_retry > deadline:

@@ -60,6 +60,7 @@ class FakeSpawnerd:
     Scripts:
       post_reply      (status, body) for POST
       status_replies  list of (status, body) for GET, consumed in order; the last repeats
+                      (default: 200 with status "absent", as spawnerd answers an unknown server)
       delete_replies  list of statuses for DELETE, consumed in order; the last repeats
       ws_script       list of dicts (sent as JSON), floats (sleep seconds), or "hold"
                       (keep the socket open until the client closes it); then close
@@ -72,7 +73,8 @@ class FakeSpawnerd:
         self.secret = secret
         self.requests = []
         self.post_reply = (202, {"status": "pending", "state": {}})
-        self.status_replies = [(404, {"error": "no such server"})]
+        # spawnerd's answer for a server it does not know (it never answers 404).
+        self.status_replies = [(200, {"user": "alice", "server": "", "status": "absent", "url": None, "state": {}})]
         self.delete_replies = [204]
         self.ws_script = []
         self.ws_closed = asyncio.Event()

@@ -176,20 +176,21 @@ class TestReservationWait(SpawnerTestCase):
         spawner.start_timeout = 90
         spawner.reservation_wait_timeout = 1800
         spawner.pre_spawn_hook = lambda s: hooked.append(s.start_timeout)
+        self.fake.profiles = [{"slug": "gpu", "display_name": "GPU", "gpu_class": "a30"}]
 
-        spawner.run_pre_spawn_hook()
+        await spawner.run_pre_spawn_hook()
         # The hub reads start_timeout after the hook: it must allow a GPU wait.
         self.assertEqual(spawner.start_timeout, 1800)
         self.assertEqual(hooked, [1800])
         self.assertEqual(await spawner.start(), URL)
         self.assertEqual(self.fake.of("POST")[0].json()["start_timeout"], 90)
         # A second spawn starts again from the ordinary timeout.
-        spawner.run_pre_spawn_hook()
+        await spawner.run_pre_spawn_hook()
         self.assertEqual(spawner.start_timeout, 1800)
 
     async def test_zero_wait_keeps_start_timeout(self):
         spawner = self.spawner()
         spawner.start_timeout = 120
         spawner.reservation_wait_timeout = 0
-        spawner.run_pre_spawn_hook()
+        await spawner.run_pre_spawn_hook()
         self.assertEqual(spawner.start_timeout, 120)

@@ -47,9 +47,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-spawnerd.spawnerConfig is spawnerConfig with the two traits the chart owns:
-the namespace (KubeSpawner's default is the hub's, i.e. the release's) and
-enable_user_namespaces, which must agree with the RBAC the chart grants.
+spawnerd.spawnerConfig is spawnerConfig with the traits the chart owns:
+the namespace (KubeSpawner's default is the hub's, i.e. the release's),
+enable_user_namespaces, which must agree with the RBAC the chart grants, and
+with user namespaces the label the pod write policy looks for, added to
+user_namespace_labels.
 */}}
 {{- define "spawnerd.spawnerConfig" -}}
 {{- $cfg := deepCopy (.Values.spawnerConfig | default dict) }}
@@ -59,6 +61,10 @@ enable_user_namespaces, which must agree with the RBAC the chart grants.
 {{- end }}
 {{- if .Values.userNamespaces.enabled }}
 {{- $_ := set $ks "enable_user_namespaces" true }}
+{{- /* The label the pod write policy requires of a user namespace. */}}
+{{- $nsLabels := deepCopy (get $ks "user_namespace_labels" | default dict) }}
+{{- $_ := set $nsLabels .Values.userNamespaces.namespaceLabel (include "spawnerd.clusterName" .) }}
+{{- $_ := set $ks "user_namespace_labels" $nsLabels }}
 {{- end }}
 {{- if not $ks.namespace }}
 {{- $_ := set $ks "namespace" .Release.Namespace }}
