@@ -168,13 +168,18 @@ func TestWorkerCountAndOneClusterPerNamespace(t *testing.T) {
 		"count above max": {"bob", map[string]any{"spark_workers": "9"}, 400, "user_options.spark_workers", "from 1 to 4"},
 		"count for a profile without Spark": {"bob", map[string]any{"profile": "plain", "spark_workers": "2"}, 400,
 			"user_options.spark_workers", "no Spark cluster"},
-		"second cluster in the namespace": {"carol", nil, 409, "", `belongs to server "" of user "alice"`},
+		// The answer names no other user (their server is theirs to know);
+		// spawnerd's log has the details under the request ID.
+		"second cluster in the namespace": {"carol", nil, 409, "", "a name spawnerd needs is taken by another object (request "},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			code, e := f.post(t, tc.user, tc.opts)
 			if code != tc.wantCode || e.Field != tc.wantField || !strings.Contains(e.Error, tc.wantMsg) {
 				t.Errorf("got %d %+v, want %d naming %q with %q", code, e, tc.wantCode, tc.wantField, tc.wantMsg)
+			}
+			if tc.user != "alice" && strings.Contains(e.Error, "alice") {
+				t.Errorf("%s's answer names alice: %q", tc.user, e.Error)
 			}
 		})
 	}
@@ -195,9 +200,23 @@ func TestEvictedSparkPodsAreReplacedWhileServerRuns(t *testing.T) {
 	f := setup(t, "")
 	f.start(t, "alice", nil)
 	ctx := context.Background()
-	for _, component := range []string{"spark-worker", "spark-master"} {
+	for component, want := range map[string]int{"spark-worker": 2, "spark-master": 1} {
 		t.Run(component, func(t *testing.T) {
-			before := podsBy(t, f.ns, "component="+component)
+			// The server is ready once the master answers; the workers'
+			// ReplicaSet may still be creating them.
+			var before []corev1.Pod
+			if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, harness.Timeout, true, func(context.Context) (bool, error) {
+				before = podsBy(t, f.ns, "component="+component)
+				running := 0
+				for i := range before {
+					if harness.PodRunning(&before[i]) {
+						running++
+					}
+				}
+				return len(before) == want && running == want, nil
+			}); err != nil {
+				t.Fatalf("%s: %d pods, want %d running: %v", component, len(before), want, podNames(before))
+			}
 			victim := before[0]
 			must(t, harness.Evict(ctx, env.Client, f.ns, victim.Name))
 			var s server
