@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -93,6 +94,29 @@ func StartProcess(t testing.TB, name string, env []string, path string, args ...
 
 // Log is what the process printed so far.
 func (p *Process) Log() string { return p.log.String() }
+
+// WaitForLogLine waits up to timeout for a line of the process's output that
+// holds every one of parts, and returns it. A process's output reaches the
+// test through a pipe, so a line it wrote before answering a request may
+// arrive a moment after the answer.
+func (p *Process) WaitForLogLine(timeout time.Duration, parts ...string) (string, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, line := range strings.Split(p.Log(), "\n") {
+			all := true
+			for _, part := range parts {
+				all = all && strings.Contains(line, part)
+			}
+			if all {
+				return line, true
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // Stop sends SIGTERM to the process group and SIGKILL after 10 s.
 func (p *Process) Stop() {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/dsmlp/spawner/e2e/harness"
 )
 
@@ -28,9 +26,7 @@ func TestHubTokenLeastScope(t *testing.T) {
 	}
 	s.hub.WaitGone("heidi", "")
 	// spawnerd logs the hub's answer after the hub has acted on it.
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return strings.Contains(s.api.Log(), "hub told server stopped"), nil
-	}); err != nil {
+	if _, ok := s.api.WaitForLogLine(10*time.Second, "hub told server stopped"); !ok {
 		t.Errorf("spawnerd did not log that it told the hub the server stopped")
 	}
 	if strings.Contains(s.api.Log(), "telling the hub") {

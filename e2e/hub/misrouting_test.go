@@ -59,8 +59,8 @@ func TestWrongServiceURLDropsNoServer(t *testing.T) {
 	if !kept {
 		t.Fatalf("the hub dropped grace's server after %d misrouted polls: %+v", polls.Load(), hub.Servers("grace"))
 	}
-	if n := strings.Count(hub.Log(), "[E "); n == 0 || !strings.Contains(hub.Log(), "spawnerd poll misrouted") {
-		t.Errorf("the hub logged no error for the misrouted polls")
+	if line, ok := hub.WaitForLogLine(10*time.Second, "spawnerd poll misrouted"); !ok || !strings.HasPrefix(line, "[E ") {
+		t.Errorf("the hub logged no error for the misrouted polls (%q)", line)
 	}
 	if !strings.Contains(hub.Log(), "grace still running") {
 		t.Errorf("the hub did not keep grace's server at start-up")
@@ -80,7 +80,7 @@ func TestWrongServiceURLDropsNoServer(t *testing.T) {
 	if srv, ok := hub.Servers("grace")[""]; !ok || srv.Pending == nil || *srv.Pending != "stop" {
 		t.Errorf("after a misrouted stop the hub shows %+v, want the server pending stop", hub.Servers("grace"))
 	}
-	if !strings.Contains(hub.Log(), "spawnerd stop misrouted") {
+	if _, ok := hub.WaitForLogLine(10*time.Second, "spawnerd stop misrouted"); !ok {
 		t.Errorf("the hub log does not say the stop was misrouted:\n%s", hub.Log())
 	}
 	assertPodRunning(t, s.ns, pod)

@@ -235,12 +235,7 @@ func TestForbiddenHidesServiceAccount(t *testing.T) {
 			t.Errorf("the user sees %q: %q", secret, body.Error)
 		}
 	}
-	var logged string
-	for _, line := range strings.Split(api.Log(), "\n") {
-		if strings.Contains(line, body.RequestID) && strings.Contains(line, `"request failed"`) {
-			logged = line
-		}
-	}
+	logged, _ := api.WaitForLogLine(10*time.Second, body.RequestID, `"request failed"`)
 	if !strings.Contains(logged, sa) || !strings.Contains(logged, "cannot create resource") {
 		t.Errorf("spawnerd's log line for request %s: %q, want the full Forbidden", body.RequestID, logged)
 	}
