@@ -96,28 +96,19 @@ c.Spawner.poll_interval = env_int("HUB_POLL_INTERVAL", 30)
 # own, which needs delete:servers and nothing else (routes are checked with
 # the proxy's own token).
 services, roles = [], []
-hub_token = os.environ.get("SPAWNERD_HUB_TOKEN")
-if hub_token:
-    services.append({"name": "spawnerd", "api_token": hub_token})
-    roles.append(
-        {
-            "name": "spawnerd",
-            "description": "spawnerd: tell the hub a server stopped",
-            "services": ["spawnerd"],
-            "scopes": ["delete:servers"],
-        }
-    )
+
+
+def token_service(name, env_var, description, scopes):
+    """A token-only service whose token is in env_var, with a role of its own."""
+    token = os.environ.get(env_var)
+    if token:
+        services.append({"name": name, "api_token": token})
+        roles.append({"name": name, "description": description, "services": [name], "scopes": scopes})
+
+
+token_service("spawnerd", "SPAWNERD_HUB_TOKEN", "spawnerd: tell the hub a server stopped", ["delete:servers"])
 # Demo only: what hack/hub-stop-servers.py needs to stop every server on Ctrl-C.
-admin_token = os.environ.get("DEMO_HUB_ADMIN_TOKEN")
-if admin_token:
-    services.append({"name": "demo-admin", "api_token": admin_token})
-    roles.append(
-        {
-            "name": "demo-admin",
-            "description": "demo: list users and stop their servers",
-            "services": ["demo-admin"],
-            "scopes": ["list:users", "read:servers", "delete:servers"],
-        }
-    )
+token_service("demo-admin", "DEMO_HUB_ADMIN_TOKEN", "demo: list users and stop their servers",
+              ["list:users", "read:servers", "delete:servers"])
 c.JupyterHub.services = services
 c.JupyterHub.load_roles = roles

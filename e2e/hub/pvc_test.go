@@ -153,17 +153,8 @@ func (s *pvcStack) removeServer(t *testing.T, user, server string) {
 // of user/server and returns it.
 func (s *pvcStack) waitDeleteForever(t *testing.T, user, server string) string {
 	t.Helper()
-	var line string
-	err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(context.Context) (bool, error) {
-		for _, l := range strings.Split(s.api.Log(), "\n") {
-			if strings.Contains(l, `"msg":"delete forever"`) && strings.Contains(l, fmt.Sprintf(`"user":%q`, user)) && strings.Contains(l, fmt.Sprintf(`"server":%q`, server)) {
-				line = l
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
+	line, ok := s.api.WaitForLogLine(harness.Timeout, `"msg":"delete forever"`, fmt.Sprintf(`"user":%q`, user), fmt.Sprintf(`"server":%q`, server))
+	if !ok {
 		t.Fatalf("spawnerd never logged the delete forever of %s/%s:\n%s", user, server, s.api.Log())
 	}
 	return line
