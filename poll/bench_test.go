@@ -155,7 +155,7 @@ func benchWatcher(b *testing.B, n int) *Watcher {
 	if err != nil {
 		b.Fatal(err)
 	}
-	idx := w.pods.GetIndexer()
+	idx := w.spaces[testNS].pods.GetIndexer()
 	for i := range n {
 		obj, _ := trimPod(decoded(b, realisticPod(i)))
 		if err := idx.Add(obj); err != nil {
@@ -163,7 +163,7 @@ func benchWatcher(b *testing.B, n int) *Watcher {
 		}
 	}
 	// The store was filled by hand, not by a LIST.
-	w.podsSynced = func() bool { return true }
+	w.spaces[testNS].podsSynced = func() bool { return true }
 	return w
 }
 
@@ -227,7 +227,7 @@ func BenchmarkCacheMemoryPerPod(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		idx := w.pods.GetIndexer() // the pod informer's own store and indexes
+		idx := w.spaces[testNS].pods.GetIndexer() // the pod informer's own store and indexes
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)

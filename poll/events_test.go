@@ -69,7 +69,7 @@ func TestEventsKeptOnlyForNotebookPods(t *testing.T) {
 	if evs := w.Events(testNS, "spark-exec-1"); len(evs) != 0 {
 		t.Errorf("events of an unrelated pod kept: %v", eventNames(evs))
 	}
-	kept, _ := w.events.size()
+	kept, _ := w.spaces[testNS].events.size()
 	if kept != 3 {
 		t.Errorf("kept events = %d, want 3", kept)
 	}
@@ -87,13 +87,13 @@ func TestEventsOrphansAdoptedWhenPodAppears(t *testing.T) {
 	// The event watch can deliver a pod's first event before the pod watch
 	// delivers the pod.
 	createEvent(t, client, podEvent("early", "jupyter-bob", "Scheduled", time.Now()))
-	waitFor(t, "orphan buffered", func() bool { _, o := w.events.size(); return o == 1 })
+	waitFor(t, "orphan buffered", func() bool { _, o := w.spaces[testNS].events.size(); return o == 1 })
 	if len(w.Events(testNS, "jupyter-bob")) != 0 {
 		t.Fatal("event of an unknown pod served")
 	}
 	createPod(t, client, newPod("jupyter-bob").obj())
 	waitFor(t, "orphan adopted", func() bool { return len(w.Events(testNS, "jupyter-bob")) == 1 })
-	if kept, orphans := w.events.size(); kept != 1 || orphans != 0 {
+	if kept, orphans := w.spaces[testNS].events.size(); kept != 1 || orphans != 0 {
 		t.Errorf("kept, orphans = %d, %d; want 1, 0", kept, orphans)
 	}
 }

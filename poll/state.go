@@ -4,6 +4,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dsmlp/spawner/serverid"
 )
 
 // State is what the hub's poll() needs to know about a notebook pod.
@@ -46,9 +48,9 @@ const defaultExitCode = 1
 // the order they are tried.
 const (
 	// AnnotationUser is this service's raw hub user name.
-	AnnotationUser = "spawner.dsmlp.io/user"
+	AnnotationUser = serverid.AnnotationUser
 	// AnnotationServerName is this service's raw hub server name.
-	AnnotationServerName = "spawner.dsmlp.io/server-name"
+	AnnotationServerName = serverid.AnnotationServer
 	// AnnotationHubUsername is KubeSpawner's raw user name annotation.
 	AnnotationHubUsername = "hub.jupyter.org/username"
 	// AnnotationHubServer is KubeSpawner's raw server name annotation, set

@@ -103,6 +103,8 @@ func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 		DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
 		Labels:                     internMap(m.Labels, ""),
 		Annotations:                internMap(m.Annotations, lastAppliedAnnotation),
+		// The stop reaction reads FinalizerStopReport.
+		Finalizers: m.Finalizers,
 	}
 	return out
 }

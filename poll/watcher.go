@@ -5,8 +5,10 @@ package poll
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +30,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/dsmlp/spawner/serverid"
 )
 
 // DefaultLabelSelector selects KubeSpawner's notebook pods (component_label).
@@ -56,7 +60,22 @@ type Notifier interface {
 // Options configures a Watcher.
 type Options struct {
 	// Namespace to watch; "" watches all namespaces (enable_user_namespaces).
-	Namespace string
+	// Namespaces, when set, replaces it: one informer per namespace, so a
+	// configuration whose profiles place pods in several namespaces needs
+	// no cluster-wide watch.
+	Namespace  string
+	Namespaces []string
+	// Owns says whether a pod is really the server its identity names
+	// (the namespace is one the configuration can put that server's pod
+	// in); a pod it refuses is never deleted or reported. Nil owns all.
+	Owns func(pod *corev1.Pod) (bool, string)
+	// Elected makes the stop reaction wait for SetLeading(true): with
+	// several replicas, only the holder of the Lease reacts.
+	Elected bool
+	// DeadlineGrace is how long after a pod's start deadline the leader
+	// removes it, leaving the starting replica time to do so itself.
+	// Default 10s.
+	DeadlineGrace time.Duration
 	// LabelSelector selects notebook pods. Defaults to DefaultLabelSelector.
 	LabelSelector string
 	// DeleteStoppedPods is KubeSpawner's delete_stopped_pods: delete a pod
@@ -75,20 +94,15 @@ type Options struct {
 // Watcher keeps informer caches of notebook pods and their events, answers
 // status questions from them, and runs the stop reaction.
 type Watcher struct {
-	client  kubernetes.Interface
-	opts    Options
-	log     *zap.Logger
-	clock   clock.PassiveClock
-	factory informers.SharedInformerFactory
-	pods    cache.SharedIndexInformer
-	lister  corelisters.PodLister
-	// podsSynced reports that the pod handler has seen the first LIST;
-	// benchmarks that fill the store by hand replace it.
-	podsSynced func() bool
-	events     *eventCache
-	eventsRf   *cache.Reflector
-	queue      workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	started    atomic.Bool
+	client kubernetes.Interface
+	opts   Options
+	log    *zap.Logger
+	clock  clock.PassiveClock
+	// spaces are the watched namespaces by name; "" is all of them.
+	spaces  map[string]*space
+	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	started atomic.Bool
+	leading atomic.Bool
 
 	mu      sync.Mutex
 	records map[types.UID]*stopRecord
@@ -107,7 +121,9 @@ type stopRecord struct {
 	info     StopInfo
 	deleted  bool // the pod is deleted or gone
 	notified bool // the Notifier was told, or need not be
-	at       time.Time
+	// requested: someone asked for the stop (serverid.AnnotationStopRequested).
+	requested bool
+	at        time.Time
 }
 
 type gonePod struct {
@@ -156,21 +172,73 @@ func New(client kubernetes.Interface, opts Options) (*Watcher, error) {
 		expect:  map[cache.ObjectName]time.Time{},
 		subs:    map[cache.ObjectName]map[*subscriber]struct{}{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedMaxOfRateLimiter(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](200*time.Millisecond, 2*time.Minute),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](200*time.Millisecond, 10*time.Second),
 			// Overall retry speed, as workqueue.DefaultTypedControllerRateLimiter.
 			&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 		)),
 	}
 
-	w.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(opts.Namespace),
+	if opts.DeadlineGrace == 0 {
+		opts.DeadlineGrace = 10 * time.Second
+	}
+	w.opts = opts
+	namespaces := opts.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{opts.Namespace}
+	}
+	w.spaces = map[string]*space{}
+	for _, ns := range namespaces {
+		if _, dup := w.spaces[ns]; dup {
+			continue
+		}
+		sp, err := w.newSpace(ns)
+		if err != nil {
+			return nil, err
+		}
+		w.spaces[ns] = sp
+	}
+	if _, all := w.spaces[""]; all && len(w.spaces) > 1 {
+		return nil, errors.New("poll: all namespaces (\"\") cannot be combined with others")
+	}
+	return w, nil
+}
+
+// space is the pod informer and event reflector of one watched namespace.
+type space struct {
+	namespace string
+	factory   informers.SharedInformerFactory
+	pods      cache.SharedIndexInformer
+	lister    corelisters.PodLister
+	// podsSynced reports that the pod handler has seen the first LIST;
+	// benchmarks that fill the store by hand replace it.
+	podsSynced func() bool
+	events     *eventCache
+	eventsRf   *cache.Reflector
+}
+
+// indexServerKey indexes pods by their serverid.LabelKey.
+const indexServerKey = "server-key"
+
+func (w *Watcher) newSpace(ns string) (*space, error) {
+	client, opts := w.client, w.opts
+	sp := &space{namespace: ns}
+	sp.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = opts.LabelSelector }),
 		informers.WithTransform(trimPod),
 	)
-	podInformer := w.factory.Core().V1().Pods()
-	w.pods = podInformer.Informer()
-	w.lister = podInformer.Lister()
-	reg, err := w.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	podInformer := sp.factory.Core().V1().Pods()
+	sp.pods = podInformer.Informer()
+	sp.lister = podInformer.Lister()
+	if err := sp.pods.AddIndexers(cache.Indexers{indexServerKey: func(obj any) ([]string, error) {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Labels[serverid.LabelKey] != "" {
+			return []string{pod.Labels[serverid.LabelKey]}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("adding the server-key index: %w", err)
+	}
+	reg, err := sp.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.podAdded,
 		UpdateFunc: w.podUpdated,
 		DeleteFunc: w.podDeleted,
@@ -178,10 +246,9 @@ func New(client kubernetes.Interface, opts Options) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
 	}
-	w.podsSynced = reg.HasSynced
+	sp.podsSynced = reg.HasSynced
 
-	w.events = newEventCache(func(k cache.ObjectName) bool { _, ok := w.cachedPod(k); return ok }, w.signal, w.clock)
-	ns := opts.Namespace
+	sp.events = newEventCache(func(k cache.ObjectName) bool { _, ok := w.cachedPod(k); return ok }, w.signal, w.clock)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = eventFieldSelector
@@ -192,9 +259,43 @@ func New(client kubernetes.Interface, opts Options) (*Watcher, error) {
 			return client.CoreV1().Events(ns).Watch(ctx, o)
 		},
 	}
-	w.eventsRf = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
-		&corev1.Event{}, w.events, cache.ReflectorOptions{Name: "poll-events"})
-	return w, nil
+	sp.eventsRf = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&corev1.Event{}, sp.events, cache.ReflectorOptions{Name: "poll-events-" + cmpOr(ns, "all")})
+	return sp, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// spaceOf returns the space that watches namespace ns, nil if none does.
+func (w *Watcher) spaceOf(ns string) *space {
+	if sp, ok := w.spaces[ns]; ok {
+		return sp
+	}
+	return w.spaces[""]
+}
+
+// Namespaces returns the watched namespaces, sorted; [""] is all of them.
+func (w *Watcher) Namespaces() []string {
+	out := make([]string, 0, len(w.spaces))
+	for ns := range w.spaces {
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (w *Watcher) podsSynced() bool {
+	for _, sp := range w.spaces {
+		if !sp.podsSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Run starts the informers and workers and blocks until ctx is done. The
@@ -205,19 +306,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.New("poll: Run called twice")
 	}
 	defer w.queue.ShutDown()
-	w.factory.Start(ctx.Done())
-	defer w.factory.Shutdown()
+	for _, sp := range w.spaces {
+		sp.factory.Start(ctx.Done())
+		defer sp.factory.Shutdown()
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), w.podsSynced) {
 		return fmt.Errorf("waiting for the pod cache to sync: %w", context.Cause(ctx))
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { w.eventsRf.RunWithContext(ctx) })
+	for _, sp := range w.spaces {
+		wg.Go(func() { sp.eventsRf.RunWithContext(ctx) })
+	}
 	for range w.opts.Workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, w.runWorker, time.Second) })
 	}
 	wg.Go(func() { wait.UntilWithContext(ctx, func(context.Context) { w.sweep() }, sweepInterval) })
-	w.log.Info("pod watcher started", zap.String("namespace", w.opts.Namespace),
-		zap.String("selector", w.opts.LabelSelector), zap.Int("workers", w.opts.Workers))
+	w.log.Info("pod watcher started", zap.Strings("namespaces", w.Namespaces()),
+		zap.String("selector", w.opts.LabelSelector), zap.Int("workers", w.opts.Workers), zap.Bool("elected", w.opts.Elected))
 	<-ctx.Done()
 	w.queue.ShutDown()
 	wg.Wait()
@@ -227,7 +332,15 @@ func (w *Watcher) Run(ctx context.Context) error {
 // HasSynced reports whether both the pod and the event caches hold a full
 // LIST; /readyz reports it.
 func (w *Watcher) HasSynced() bool {
-	return w.podsSynced() && w.events.hasSynced()
+	if !w.podsSynced() {
+		return false
+	}
+	for _, sp := range w.spaces {
+		if !sp.events.hasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Status answers from the cache only. Until the pod cache has synced every
@@ -269,18 +382,48 @@ func (w *Watcher) Status(namespace, pod string) Status {
 // Pods returns all cached pods. They are shared cache objects, trimmed by
 // trimPod: never modify them.
 func (w *Watcher) Pods() []*corev1.Pod {
-	pods, err := w.lister.List(labels.Everything())
-	if err != nil {
-		// The lister only fails on a bad selector.
-		return nil
+	var out []*corev1.Pod
+	for _, sp := range w.spaces {
+		pods, err := sp.lister.List(labels.Everything())
+		if err != nil {
+			// The lister only fails on a bad selector.
+			continue
+		}
+		out = append(out, pods...)
 	}
-	return pods
+	return out
+}
+
+// PodsOf returns the cached pods labelled with a server's key (see
+// serverid.Key), in every watched namespace, oldest first. Shared cache
+// objects: never modify them.
+func (w *Watcher) PodsOf(key string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, sp := range w.spaces {
+		objs, err := sp.pods.GetIndexer().ByIndex(indexServerKey, key)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	if len(out) > 1 {
+		sort.Slice(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
+	}
+	return out
 }
 
 // Events returns the cached events of a pod, oldest first. They are shared
 // cache objects: never modify them.
 func (w *Watcher) Events(namespace, pod string) []*corev1.Event {
-	return w.events.eventsOf(cache.NewObjectName(namespace, pod))
+	sp := w.spaceOf(namespace)
+	if sp == nil {
+		return nil
+	}
+	return sp.events.eventsOf(cache.NewObjectName(namespace, pod))
 }
 
 // LastStop says why the latest pod of that name stopped. It is kept after the
@@ -344,13 +487,19 @@ func (w *Watcher) ForgetStop(namespace, pod string) {
 	}
 	w.mu.Unlock()
 	// Keep the new pod's events even if they beat the pod into the cache.
-	w.events.remember(key)
+	if sp := w.spaceOf(namespace); sp != nil {
+		sp.events.remember(key)
+	}
 	w.signal(key)
 }
 
 // cachedPod reads the pod cache.
 func (w *Watcher) cachedPod(key cache.ObjectName) (*corev1.Pod, bool) {
-	obj, exists, err := w.pods.GetIndexer().GetByKey(key.String())
+	sp := w.spaceOf(key.Namespace)
+	if sp == nil {
+		return nil, false
+	}
+	obj, exists, err := sp.pods.GetIndexer().GetByKey(key.String())
 	if err != nil || !exists {
 		return nil, false
 	}
@@ -375,7 +524,9 @@ func (w *Watcher) podAdded(obj any) {
 		return
 	}
 	key := cache.MetaObjectToName(pod)
-	w.events.podAdded(key)
+	if sp := w.spaceOf(pod.Namespace); sp != nil {
+		sp.events.podAdded(key)
+	}
 	w.queue.Add(key)
 	w.signal(key)
 }
@@ -408,9 +559,21 @@ func (w *Watcher) podDeleted(obj any) {
 		m = map[types.UID]gonePod{}
 		w.gone[key] = m
 	}
-	m[pod.UID] = gonePod{pod: pod, at: w.clock.Now()}
+	now := w.clock.Now()
+	m[pod.UID] = gonePod{pod: pod, at: now}
+	// Every replica answers polls, not only the one that reacts: keep
+	// why the pod ended for them too.
+	if _, recorded := w.records[pod.UID]; !recorded {
+		info := deletedStopInfo(pod)
+		if info.At.IsZero() {
+			info.At = now
+		}
+		w.setLastLocked(key, *info, now)
+	}
 	w.mu.Unlock()
-	w.events.remember(key)
+	if sp := w.spaceOf(pod.Namespace); sp != nil {
+		sp.events.remember(key)
+	}
 	w.queue.Add(key)
 	w.signal(key)
 }
@@ -436,10 +599,40 @@ func (w *Watcher) processNextItem(ctx context.Context) bool {
 	return true
 }
 
+// SetLeading switches the stop reaction on or off for an elected watcher.
+// On taking the lead every cached pod is looked at again, so a stop that
+// happened while another replica led (or none did) is still handled: the
+// pods it concerns are kept by FinalizerStopReport until reported.
+func (w *Watcher) SetLeading(leading bool) {
+	if w.leading.Swap(leading) == leading {
+		return
+	}
+	w.log.Info("stop reaction lead changed", zap.Bool("leading", leading))
+	if !leading {
+		return
+	}
+	for _, pod := range w.Pods() {
+		w.queue.Add(cache.MetaObjectToName(pod))
+	}
+	w.mu.Lock()
+	for key := range w.gone {
+		w.queue.Add(key)
+	}
+	w.mu.Unlock()
+}
+
+// Leading reports whether this watcher runs the stop reaction now.
+func (w *Watcher) Leading() bool { return !w.opts.Elected || w.leading.Load() }
+
 // sync converges one pod name: every pod of that name that went away is
-// reported, and the pod now cached is deleted and reported if it is stopped.
-// It reads the cache each time, so repeated or missed events converge.
+// reported, and the pod now cached is deleted and reported if it is stopped
+// or being deleted, or removed if its start deadline passed. It reads the
+// cache each time, so repeated or missed events converge. A follower does
+// nothing: the leader's rescan covers what it skips.
 func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
+	if !w.Leading() {
+		return nil
+	}
 	var errs []error
 	w.mu.Lock()
 	var gone []gonePod
@@ -457,19 +650,65 @@ func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
 	if !ok {
 		return errors.Join(errs...)
 	}
-	if state, info := classify(pod); state == StateStopped {
-		if err := w.reactStopped(ctx, key, pod, info); err != nil {
-			errs = append(errs, err)
+	if owned, why := w.owns(pod); !owned {
+		w.log.Warn("ignoring a pod that is not the server it names", zap.String("pod", pod.Name),
+			zap.String("namespace", pod.Namespace), zap.String("user", pod.Annotations[AnnotationUser]),
+			zap.String("server", pod.Annotations[AnnotationServerName]), zap.String("why", why))
+		return errors.Join(errs...)
+	}
+	state, info := classify(pod)
+	switch {
+	case pod.DeletionTimestamp != nil && serverid.HasFinalizer(pod):
+		if state != StateStopped {
+			// Deleted while it ran: by someone else, or by a stop whose
+			// replica died before releasing the pod.
+			info = deletedStopInfo(pod)
+			info.PodDeleted = false
 		}
+		errs = append(errs, w.reactStopped(ctx, key, pod, info))
+	case state == StateStopped:
+		errs = append(errs, w.reactStopped(ctx, key, pod, info))
+	case state == StatePending && pod.DeletionTimestamp == nil:
+		errs = append(errs, w.enforceDeadline(ctx, key, pod))
 	}
 	return errors.Join(errs...)
 }
 
+// owns applies Options.Owns.
+func (w *Watcher) owns(pod *corev1.Pod) (bool, string) {
+	if w.opts.Owns == nil {
+		return true, ""
+	}
+	return w.opts.Owns(pod)
+}
+
+// enforceDeadline removes a pod that is still not running DeadlineGrace
+// after its start deadline: the replica that started it would have, so it
+// is gone. The spawn fails for the hub through poll and progress.
+func (w *Watcher) enforceDeadline(ctx context.Context, key cache.ObjectName, pod *corev1.Pod) error {
+	deadline, ok := serverid.StartDeadline(pod)
+	if !ok {
+		return nil
+	}
+	left := deadline.Add(w.opts.DeadlineGrace).Sub(w.clock.Now())
+	if left > 0 {
+		w.queue.AddAfter(key, left)
+		return nil
+	}
+	w.log.Warn("start deadline passed; removing the pod", zap.String("user", pod.Annotations[AnnotationUser]),
+		zap.String("server", pod.Annotations[AnnotationServerName]), zap.String("pod", pod.Name),
+		zap.String("namespace", pod.Namespace), zap.Time("deadline", deadline))
+	if err := Release(ctx, w.client, pod.Namespace, pod.Name, pod.UID, serverid.StopByTimeout); err != nil {
+		return err
+	}
+	return w.deletePod(ctx, pod)
+}
+
 func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *corev1.Pod, info *StopInfo) error {
-	rec := w.recordStop(key, pod.UID, serverRefOf(pod), *info, false)
+	rec := w.recordStop(key, pod.UID, serverRefOf(pod), *info, false, requestedStop(pod))
 	var delErr error
 	w.mu.Lock()
-	deleted := rec.deleted
+	deleted := rec.deleted || pod.DeletionTimestamp != nil
 	w.mu.Unlock()
 	if w.opts.DeleteStoppedPods && !deleted {
 		if delErr = w.deletePod(ctx, pod); delErr == nil {
@@ -481,7 +720,50 @@ func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *c
 	// The hub is told even if the delete failed (it is retried): the hub
 	// sees the stop through poll either way and should not wait for RBAC
 	// or API trouble to be fixed.
-	return errors.Join(delErr, w.notify(ctx, pod.UID))
+	if err := w.notify(ctx, pod.UID); err != nil {
+		return errors.Join(delErr, err)
+	}
+	// Told (or nothing to tell): the pod may go now.
+	if serverid.HasFinalizer(pod) && (pod.DeletionTimestamp != nil || rec.deleted || !w.opts.DeleteStoppedPods) {
+		if err := Release(ctx, w.client, pod.Namespace, pod.Name, pod.UID, ""); err != nil {
+			return errors.Join(delErr, err)
+		}
+	}
+	return delErr
+}
+
+// requestedStop reports whether someone asked for the pod to stop (the hub,
+// a timed-out spawn): such a stop is not the hub's news.
+func requestedStop(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[serverid.AnnotationStopRequested]
+	return ok
+}
+
+// Release records on a pod who asked for it to stop (by, unless empty) and
+// drops FinalizerStopReport, in one patch. The UID in the patch makes it
+// fail, harmlessly, on a newer pod of the same name.
+func Release(ctx context.Context, client kubernetes.Interface, namespace, name string, uid types.UID, by string) error {
+	meta := map[string]any{
+		"uid":                                 uid,
+		"$deleteFromPrimitiveList/finalizers": []string{serverid.FinalizerStopReport},
+	}
+	if by != "" {
+		meta["annotations"] = map[string]string{serverid.AnnotationStopRequested: by}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return fmt.Errorf("encoding the release patch: %w", err)
+	}
+	_, err = client.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return nil
+	case apierrors.IsInvalid(err) && uid != "":
+		// The UID did not match: the name belongs to a newer pod now.
+		return nil
+	default:
+		return fmt.Errorf("releasing pod %s/%s: %w", namespace, name, err)
+	}
 }
 
 func (w *Watcher) reactGone(ctx context.Context, key cache.ObjectName, g gonePod) error {
@@ -489,9 +771,11 @@ func (w *Watcher) reactGone(ctx context.Context, key cache.ObjectName, g gonePod
 	if info.At.IsZero() {
 		info.At = g.at
 	}
-	w.recordStop(key, g.pod.UID, serverRefOf(g.pod), *info, true)
-	if err := w.notify(ctx, g.pod.UID); err != nil {
-		return err
+	if owned, _ := w.owns(g.pod); owned {
+		w.recordStop(key, g.pod.UID, serverRefOf(g.pod), *info, true, requestedStop(g.pod))
+		if err := w.notify(ctx, g.pod.UID); err != nil {
+			return err
+		}
 	}
 	w.mu.Lock()
 	delete(w.gone[key], g.pod.UID)
@@ -505,7 +789,7 @@ func (w *Watcher) reactGone(ctx context.Context, key cache.ObjectName, g gonePod
 
 // recordStop returns the stop record of a pod UID, creating it (and logging
 // the stop once) on first sight. gone marks the pod object as deleted.
-func (w *Watcher) recordStop(key cache.ObjectName, uid types.UID, ref ServerRef, info StopInfo, gone bool) *stopRecord {
+func (w *Watcher) recordStop(key cache.ObjectName, uid types.UID, ref ServerRef, info StopInfo, gone, requested bool) *stopRecord {
 	now := w.clock.Now()
 	w.mu.Lock()
 	rec, ok := w.records[uid]
@@ -514,7 +798,7 @@ func (w *Watcher) recordStop(key cache.ObjectName, uid types.UID, ref ServerRef,
 		if info.At.IsZero() {
 			info.At = now
 		}
-		rec = &stopRecord{key: key, ref: ref, info: info, at: now}
+		rec = &stopRecord{key: key, ref: ref, info: info, at: now, requested: requested}
 		w.records[uid] = rec
 	}
 	if gone && !rec.info.PodDeleted {
@@ -524,6 +808,7 @@ func (w *Watcher) recordStop(key cache.ObjectName, uid types.UID, ref ServerRef,
 	if gone {
 		rec.deleted = true
 	}
+	rec.requested = rec.requested || requested
 	if changed {
 		w.setLastLocked(key, rec.info, now)
 	}
@@ -585,6 +870,7 @@ func (w *Watcher) notify(ctx context.Context, uid types.UID) error {
 		return nil
 	}
 	_, expected := w.expect[rec.key]
+	expected = expected || rec.requested
 	ref, info := rec.ref, rec.info
 	w.mu.Unlock()
 
@@ -614,7 +900,9 @@ func (w *Watcher) notify(ctx context.Context, uid types.UID) error {
 
 // sweep expires what is kept for pods that are gone.
 func (w *Watcher) sweep() {
-	w.events.sweep()
+	for _, sp := range w.spaces {
+		sp.events.sweep()
+	}
 	now := w.clock.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()

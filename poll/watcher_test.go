@@ -341,12 +341,12 @@ func TestSweepExpiresStops(t *testing.T) {
 	}
 	pod := newPod("jupyter-kim").running(true).obj()
 	key := cache.MetaObjectToName(pod)
-	w.events.Replace(nil, "1")
+	w.spaces[testNS].events.Replace(nil, "1")
 	w.podDeleted(pod)
 	if err := w.sync(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.events.Add(podEvent("late", pod.Name, "Killing", clk.Now())); err != nil {
+	if err := w.spaces[testNS].events.Add(podEvent("late", pod.Name, "Killing", clk.Now())); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := w.LastStop(testNS, pod.Name); !ok {

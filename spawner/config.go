@@ -34,6 +34,8 @@ type Config struct {
 	base map[string]any
 	// profiles is profile_list with slugs and defaults filled in.
 	profiles []Profile
+	// place caches where the configuration can put pods.
+	place placementCache
 }
 
 // Settings holds KubeSpawner's traits under their KubeSpawner names and
@@ -484,6 +486,9 @@ func LoadWithNamespaceFile(path, nsFile string) (*Config, error) {
 func (c *Config) setHubNamespace(ns string) {
 	c.base["hub_namespace"] = ns
 	c.KubeSpawner.HubNamespace = ns
+	c.place.mu.Lock()
+	c.place.p = nil
+	c.place.mu.Unlock()
 }
 
 // Parse decodes a YAML (or JSON) configuration strictly, so an unknown key

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dsmlp/spawner/serverid"
 )
 
 // Labels and annotations the objects carry.
@@ -33,10 +35,10 @@ const (
 	AnnotationServer = "hub.jupyter.org/servername"
 	// AnnotationSpawnerUser holds the raw user name on every object, so a
 	// watcher can map an object back to its (user, server).
-	AnnotationSpawnerUser = "spawner.dsmlp.io/user"
+	AnnotationSpawnerUser = serverid.AnnotationUser
 	// AnnotationSpawnerServer holds the raw server name on every object
 	// ("" for the default server).
-	AnnotationSpawnerServer = "spawner.dsmlp.io/server-name"
+	AnnotationSpawnerServer = serverid.AnnotationServer
 
 	// LabelUsername and LabelServername are KubeSpawner's slugged identity
 	// labels.
@@ -239,6 +241,7 @@ func (b *builder) podLabels() map[string]string {
 	l[LabelAppComponent] = b.s.ComponentLabel
 	l[LabelComponent] = b.s.ComponentLabel
 	l[LabelServername] = labelSlug(b.req.Server)
+	l[serverid.LabelKey] = serverid.Key(b.req.User, b.req.Server)
 	return l
 }
 

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/dsmlp/spawner/serverid"
 )
 
 func build(t *testing.T, config string, req Request) (*Objects, *Settings) {
@@ -77,7 +79,7 @@ func TestBuildDefaultPod(t *testing.T) {
 		"app": "jupyterhub", "heritage": "jupyterhub", "app.kubernetes.io/name": "jupyterhub",
 		"app.kubernetes.io/managed-by": "kubespawner", "component": "singleuser-server",
 		"app.kubernetes.io/component": "singleuser-server", "hub.jupyter.org/username": "alice",
-		"hub.jupyter.org/servername": "", LabelUser: "alice",
+		"hub.jupyter.org/servername": "", LabelUser: "alice", serverid.LabelKey: serverid.Key("alice", ""),
 	}
 	if !reflect.DeepEqual(pod.Labels, wantLabels) {
 		t.Errorf("labels = %v, want %v", pod.Labels, wantLabels)

@@ -1,0 +1,84 @@
+// Package serverid names a hub server's objects in the cluster: the labels,
+// annotations and finalizer that let any spawnerd replica find a server's
+// pod, tell who owns it and record what was done to it, with nothing kept
+// in memory.
+package serverid
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+const (
+	// LabelKey is the server's stable key (see Key): the pod informer is
+	// indexed by it, so a server's pod is found whatever its name or
+	// namespace became through profiles, templates or slug schemes.
+	LabelKey = "spawner.dsmlp.io/server-key"
+	// AnnotationUser holds the raw hub user name.
+	AnnotationUser = "spawner.dsmlp.io/user"
+	// AnnotationServer holds the raw hub server name ("" for the default
+	// server).
+	AnnotationServer = "spawner.dsmlp.io/server-name"
+	// AnnotationUserOptions holds the spawn's user_options as JSON, so any
+	// replica can resolve the spawn's settings again (URL, progress).
+	AnnotationUserOptions = "spawner.dsmlp.io/user-options"
+	// AnnotationStartDeadline is when the spawn must be ready (RFC 3339):
+	// start_timeout written on the pod, so the replica that leads enforces
+	// it after the starter is gone.
+	AnnotationStartDeadline = "spawner.dsmlp.io/start-deadline"
+	// AnnotationStopRequested says who asked for the pod to go (the hub,
+	// a timed-out spawn): such a stop is not reported back to the hub.
+	AnnotationStopRequested = "spawner.dsmlp.io/stop-requested"
+	// FinalizerStopReport keeps a stopped or deleted pod in the API until
+	// the hub has been told about it, so a stop seen by a replica that dies
+	// before telling the hub is still there for the next leader.
+	FinalizerStopReport = "spawner.dsmlp.io/stop-report"
+)
+
+// Stop requesters written into AnnotationStopRequested.
+const (
+	StopByHub     = "hub"
+	StopByTimeout = "start-timeout"
+)
+
+// Key is the label-safe stable key of a hub server: 40 hex digits of the
+// SHA-256 of the raw user and server names.
+func Key(user, server string) string {
+	sum := sha256.Sum256([]byte(user + "\x00" + server))
+	return hex.EncodeToString(sum[:20])
+}
+
+// Of returns the hub user and server a pod is labelled and annotated for;
+// ok is false unless its key label matches its annotations, so a pod whose
+// annotations were edited after it was made is not taken for anyone's.
+func Of(pod *corev1.Pod) (user, server string, ok bool) {
+	user, hasUser := pod.Annotations[AnnotationUser]
+	server = pod.Annotations[AnnotationServer]
+	if !hasUser || pod.Labels[LabelKey] != Key(user, server) {
+		return "", "", false
+	}
+	return user, server, true
+}
+
+// StartDeadline returns the pod's start deadline, if it has one.
+func StartDeadline(pod *corev1.Pod) (time.Time, bool) {
+	v, ok := pod.Annotations[AnnotationStartDeadline]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	return t, err == nil
+}
+
+// HasFinalizer reports whether the pod carries FinalizerStopReport.
+func HasFinalizer(pod *corev1.Pod) bool {
+	for _, f := range pod.Finalizers {
+		if f == FinalizerStopReport {
+			return true
+		}
+	}
+	return false
+}
