@@ -56,7 +56,10 @@ type Notebooks interface {
 // Notebook is the notebook pod of a server, the owner of its cluster. The
 // cluster is found by the pod's namespace and name; only objects that carry
 // the server's identity (User, Server) are its. UID, when set, is the pod
-// that Ensure makes the owner.
+// that Ensure makes the owner, and Status and Failure then report only a
+// cluster that pod owns: a spawn without Spark is not held up by the
+// cluster of an earlier pod that the garbage collector has yet to remove.
+// Remove and WaitGone take every cluster of the server.
 type Notebook struct {
 	Namespace, Pod string
 	UID            types.UID
@@ -355,6 +358,20 @@ func (r *Reconciler) deleteObjects(ctx context.Context, objs []metav1.Object) er
 	return errors.Join(errs...)
 }
 
+// clusterOf is the notebook's cluster as Status and Failure see it.
+func (r *Reconciler) clusterOf(nb Notebook) snapshot {
+	snap := r.cache.cluster(nb.key()).of(nb.User, nb.Server)
+	if nb.UID == "" {
+		return snap
+	}
+	for _, o := range snap.objects() {
+		if ownedBy(o, nb.UID) {
+			return snap
+		}
+	}
+	return snapshot{}
+}
+
 // Remove deletes the notebook's cluster as far as the cache shows it, and
 // only the objects that carry the server's identity.
 func (r *Reconciler) Remove(ctx context.Context, nb Notebook) error {
@@ -401,7 +418,7 @@ func (r *Reconciler) Subscribe(nb Notebook) (<-chan struct{}, func()) {
 // retry fixes while the spawn waits. A quota refusal reads the API server
 // to say what already uses the resources.
 func (r *Reconciler) Failure(ctx context.Context, nb Notebook) string {
-	for _, d := range newView(r.cache.cluster(nb.key()).of(nb.User, nb.Server)).deployments() {
+	for _, d := range newView(r.clusterOf(nb)).deployments() {
 		msg := replicaFailure(d)
 		switch {
 		case strings.Contains(msg, "exceeded quota"):

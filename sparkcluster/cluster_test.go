@@ -354,3 +354,21 @@ func TestReadyEndpoints(t *testing.T) {
 		t.Errorf("readyEndpoints = %v, want the ready and the unknown ones on the cluster port", got)
 	}
 }
+
+func TestStatusOfANewPodIgnoresAnEarlierPodsCluster(t *testing.T) {
+	f := newFakeCluster(t)
+	r := f.replica(t)
+	nb := f.start(t, r)
+	// The server restarts without Spark before the garbage collector has
+	// removed the cluster of its earlier pod.
+	next := nb
+	next.UID = "a-newer-pod"
+	if st := r.Status(next); st != nil || !st.Ready() || r.Failure(f.ctx, next) != "" {
+		t.Errorf("the new pod's status %+v, want none, so that its spawn is not held up", st)
+	}
+	server := nb
+	server.UID = ""
+	if r.Status(server) == nil {
+		t.Error("the server's status lacks the cluster that is still there")
+	}
+}

@@ -155,7 +155,7 @@ func (r *Reconciler) Status(nb Notebook) *Status {
 	if nb.Pod == "" {
 		return nil
 	}
-	snap := r.cache.cluster(nb.key()).of(nb.User, nb.Server)
+	snap := r.clusterOf(nb)
 	if snap.empty() {
 		return nil
 	}
