@@ -25,6 +25,7 @@ import (
 
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/reservation"
+	"github.com/dsmlp/spawner/sparkcluster"
 	"github.com/dsmlp/spawner/spawner"
 )
 
@@ -64,8 +65,8 @@ type Manager struct {
 	gate    string         // scheduling gate for GPU pods; empty: none
 	res     Reservations   // nil without the reservation engine
 	loc     *time.Location // for times in progress messages
-	// spark is nil unless the configuration can declare Spark clusters.
-	spark *sparkSupport
+	// spark are the Spark clusters; noSpark without them in the configuration.
+	spark SparkClusters
 
 	mu      sync.Mutex
 	spawns  map[Key]*spawn
@@ -87,10 +88,8 @@ type spawn struct {
 	// the state's pvc_name, as KubeSpawner's get_state reports it only once
 	// the PVC is known to exist.
 	pvc string
-	// spark is the spawn's Spark cluster, nil if it has none; sparkSeen
-	// is followed by follow alone.
-	spark     *spawner.SparkCluster
-	sparkSeen sparkMilestones
+	// sparkSeen is followed by follow alone.
+	sparkSeen sparkcluster.Milestones
 
 	mu     sync.Mutex
 	done   bool
@@ -121,6 +120,9 @@ type Options struct {
 	Reservations Reservations
 	// Location renders times in progress messages. Default time.Local.
 	Location *time.Location
+	// Spark, when set, runs the Spark clusters; otherwise New makes a
+	// sparkcluster.Reconciler if the configuration can declare one.
+	Spark SparkClusters
 }
 
 // New returns a manager for the configuration, writing through client and
@@ -145,7 +147,7 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 		res: opts.Reservations, loc: cmp.Or(opts.Location, time.Local),
 		spawns: map[Key]*spawn{}, located: map[Key]podRef{},
 	}
-	if err := m.initSpark(); err != nil {
+	if err := m.initSpark(opts.Spark); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -162,7 +164,7 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		return nil, err
 	}
 	gate(objs.Pod, m.gate)
-	cluster, err := m.buildSpark(req, objs, settings)
+	cluster, err := spawner.BuildSpark(settings, req, objs.Pod)
 	if err != nil {
 		return nil, err
 	}
@@ -193,12 +195,10 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 	m.watcher.ForgetStop(ref.namespace, ref.name)
 	// A cluster that cannot fit the namespace's quota fails the start before
 	// anything is created.
-	if cluster != nil && m.sparkNeedsCheck(ref) {
-		if err := m.checkSparkFits(ctx, objs, cluster); err != nil {
-			m.metrics.spawns.WithLabelValues("error").Inc()
-			log.Info("start: refused, the Spark cluster does not fit", zap.Error(err))
-			return nil, err
-		}
+	if err := m.spark.Admit(ctx, objs, cluster); err != nil {
+		m.metrics.spawns.WithLabelValues("error").Inc()
+		log.Info("start: refused, the Spark cluster does not fit", zap.Error(err))
+		return nil, sparkError(err)
 	}
 
 	uid, adopted, err := m.createObjects(ctx, objs, req, log)
@@ -206,17 +206,13 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		m.metrics.spawns.WithLabelValues("error").Inc()
 		return nil, err
 	}
-	if cluster != nil {
-		owner := sparkOwnerRef(ref.name, uid)
-		if err := m.ensureSpark(ctx, cluster, owner, key, time.Duration(settings.StartTimeout)*time.Second); err != nil {
-			m.metrics.spawns.WithLabelValues("error").Inc()
-			m.undoStart(context.WithoutCancel(ctx), ref, uid, log)
-			return nil, err
-		}
-		log.Info("start: Spark cluster ensured", zap.Int("workers", cluster.Workers))
+	if err := m.spark.Ensure(ctx, cluster, sparkNotebook(key, ref, uid), time.Duration(settings.StartTimeout)*time.Second); err != nil {
+		m.metrics.spawns.WithLabelValues("error").Inc()
+		m.undoStart(context.WithoutCancel(ctx), key, ref, uid, log)
+		return nil, sparkError(err)
 	}
 	spawnCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sp := &spawn{key: key, ref: ref, uid: uid, settings: settings, events: newEventLog(), started: m.clock.Now(), cancel: cancel, spark: cluster}
+	sp := &spawn{key: key, ref: ref, uid: uid, settings: settings, events: newEventLog(), started: m.clock.Now(), cancel: cancel}
 	if objs.PVC != nil {
 		sp.pvc = objs.PVC.Name
 	}
@@ -301,7 +297,7 @@ const eventSettle = 5 * time.Second
 func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 	changed, unsubscribe := m.watcher.Subscribe(sp.ref.namespace, sp.ref.name)
 	defer unsubscribe()
-	sparkChanged, unsubscribeSpark := m.subscribeSpark(sp)
+	sparkChanged, unsubscribeSpark := m.spark.Subscribe(sp.notebook())
 	defer unsubscribeSpark()
 	deadline := m.clock.Now().Add(time.Duration(sp.settings.StartTimeout) * time.Second)
 	timeout := m.clock.NewTimer(time.Duration(sp.settings.StartTimeout) * time.Second)
@@ -355,7 +351,7 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			sawPod = true
 		}
 		switch {
-		case st.State == poll.StateRunning && st.Pod.UID == sp.uid && m.sparkReady(sp):
+		case st.State == poll.StateRunning && st.Pod.UID == sp.uid && m.spark.Status(sp.notebook()).Ready():
 			missing := missingEvents(st.Pod, reasons)
 			if sp.settings.EventsEnabled && len(missing) > 0 {
 				if !settled {
@@ -388,13 +384,16 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			m.finish(sp, "", why)
 			m.metrics.spawns.WithLabelValues("failed").Inc()
 			log.Warn("start: failed", zap.String("why", why))
-			if err := m.removeSpark(context.WithoutCancel(ctx), sp.ref); err != nil {
+			if err := m.spark.Remove(context.WithoutCancel(ctx), sp.notebook()); err != nil {
 				log.Warn("start: removing the Spark cluster failed", zap.Error(err))
 			}
 			return
 		}
-		if why := m.sparkFailure(ctx, sp); why != "" {
-			m.failSpark(context.WithoutCancel(ctx), sp, why, log)
+		// A cluster that cannot come up ends the spawn and removes all of
+		// it, notebook included, so that nothing is left holding the quota.
+		if why := m.spark.Failure(ctx, sp.notebook()); why != "" {
+			log.Warn("start: the Spark cluster cannot start; removing the server", zap.String("why", why))
+			m.abortSpawn(ctx, sp, why, "failed", log)
 			return
 		}
 		select {
@@ -417,8 +416,8 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 			if tell.last != "" {
 				why += "; last event: " + tell.last
 			}
-			if sp.spark != nil {
-				why += "; " + m.sparkState(sp)
+			if state := m.spark.Status(sp.notebook()).Summary(); state != "" {
+				why += "; " + state
 			}
 			log.Warn("start: timed out; removing the pod", zap.String("why", why))
 			m.abortSpawn(ctx, sp, why, "timeout", log)
@@ -433,7 +432,7 @@ func (m *Manager) abortSpawn(ctx context.Context, sp *spawn, why, outcome string
 	if err := m.deletePod(context.WithoutCancel(ctx), sp.ref, sp.uid, 0); err != nil {
 		log.Warn("start: removing the pod failed", zap.Error(err))
 	}
-	if err := m.removeSpark(context.WithoutCancel(ctx), sp.ref); err != nil {
+	if err := m.spark.Remove(context.WithoutCancel(ctx), sp.notebook()); err != nil {
 		log.Warn("start: removing the Spark cluster failed", zap.Error(err))
 	}
 	m.finish(sp, "", why)
@@ -538,7 +537,7 @@ func (m *Manager) Stop(ctx context.Context, key Key, now bool, wait time.Duratio
 	}
 	// The cluster goes first, so that its workers do not outlive the
 	// notebook's driver.
-	if err := m.removeSpark(ctx, ref); err != nil {
+	if err := m.spark.Remove(ctx, sparkNotebook(key, ref, uid)); err != nil {
 		return false, err
 	}
 	if err := m.deletePod(ctx, ref, uid, grace); err != nil {
@@ -549,7 +548,7 @@ func (m *Manager) Stop(ctx context.Context, key Key, now bool, wait time.Duratio
 	defer cancel()
 	err := m.waitGone(waitCtx, ref, wait)
 	if err == nil {
-		err = m.waitSparkGone(waitCtx, ref, wait)
+		err = m.spark.WaitGone(waitCtx, sparkNotebook(key, ref, uid), wait)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		log.Info("stop: pod still terminating")

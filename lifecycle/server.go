@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/sparkcluster"
 	"github.com/dsmlp/spawner/spawner"
 )
 
@@ -40,7 +41,7 @@ type Server struct {
 	// Events are the pod's last Kubernetes events (admin views only).
 	Events []EventSummary `json:"events,omitempty"`
 	// Spark is the server's Spark cluster, if it has one.
-	Spark *SparkStatus `json:"spark,omitempty"`
+	Spark *sparkcluster.Status `json:"spark,omitempty"`
 }
 
 // StopReason is why a server ended, kept after its pod is gone.
@@ -73,7 +74,7 @@ func (m *Manager) Server(key Key) *Server {
 	st := m.watcher.Status(ref.namespace, ref.name)
 	s := &Server{User: key.User, Server: key.Server, Pod: ref.name, Namespace: ref.namespace,
 		State: map[string]string{"pod_name": ref.name, "namespace": ref.namespace}}
-	s.Spark = m.sparkStatus(ref)
+	s.Spark = m.spark.Status(sparkNotebook(key, ref, ""))
 	if st.Pod != nil {
 		describePod(s, st.Pod, m.clockNow())
 	}

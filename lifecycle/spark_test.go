@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,10 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/sparkcluster"
 	"github.com/dsmlp/spawner/spawner"
 )
 
@@ -204,6 +205,9 @@ func (f *sparkFixture) notebookUID(t *testing.T) types.UID {
 	return pod.UID
 }
 
+// aliceNotebook is alice's notebook pod as the owner of her cluster.
+var aliceNotebook = sparkcluster.Notebook{Namespace: "ns1", Pod: "jupyter-alice", User: "alice"}
+
 func sparkLabels(component string) map[string]string {
 	return map[string]string{spawner.LabelSparkCluster: "jupyter-alice", spawner.LabelComponent: component}
 }
@@ -231,8 +235,8 @@ func (f *sparkFixture) masterUp(t *testing.T, ip string) {
 	// A real endpoint turns ready only after its pod does; the two fake
 	// informers need not deliver in that order unless the test waits.
 	eventually(t, "the master pod is cached", func() bool {
-		_, ok, _ := f.m.spark.cache.pods.GetStore().GetByKey("ns1/" + pod.Name)
-		return ok
+		st := f.m.spark.Status(aliceNotebook)
+		return st != nil && len(st.Pods) > 0 && st.Pods[0].Name == pod.Name
 	})
 	if _, err := f.client.DiscoveryV1().EndpointSlices("ns1").Create(f.ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -329,7 +333,7 @@ func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 			t.Errorf("stop did not delete the %s", r)
 		}
 	}
-	if !f.m.spark.cache.cluster(cache.NewObjectName("ns1", "jupyter-alice")).empty() {
+	if f.m.spark.Status(aliceNotebook) != nil {
 		t.Error("the cluster is still cached after Stop answered gone")
 	}
 }
@@ -347,7 +351,6 @@ func TestSparkQuotaRefusesBeforeCreating(t *testing.T) {
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	f := newSparkFixture(t, q, db)
-	eventually(t, "the quota is cached", func() bool { return len(f.m.spark.cache.quotas("ns1")) == 1 })
 	_, err := f.m.Start(f.ctx, spawner.Request{User: "alice"})
 	if !errors.Is(err, ErrQuota) {
 		t.Fatalf("Start = %v, want ErrQuota", err)
@@ -374,7 +377,6 @@ func TestSparkQuotaStaleUsageLetsTheStartThrough(t *testing.T) {
 		Status:     corev1.ResourceQuotaStatus{Hard: hard, Used: rl("requests.cpu", "3")},
 	}
 	f := newSparkFixture(t, q)
-	eventually(t, "the quota is cached", func() bool { return len(f.m.spark.cache.quotas("ns1")) == 1 })
 	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}); err != nil {
 		t.Fatalf("Start = %v, want it to go ahead", err)
 	}
@@ -430,8 +432,10 @@ func TestSparkReconcile(t *testing.T) {
 	f.masterUp(t, "10.0.0.5")
 	eventually(t, "the server runs", func() bool { return f.m.Server(Key{User: "alice"}).Status == StatusRunning })
 	evicted := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "spark-worker-abc-11111", Namespace: "ns1", Labels: sparkLabels(spawner.SparkWorkerComponent)},
-		Status:     corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."},
+		ObjectMeta: metav1.ObjectMeta{Name: "spark-worker-abc-11111", Namespace: "ns1", Labels: sparkLabels(spawner.SparkWorkerComponent),
+			// The pod template's identity, which a replacement requires.
+			Annotations: map[string]string{spawner.AnnotationSpawnerUser: "alice", spawner.AnnotationSpawnerServer: ""}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."},
 	}
 	if _, err := f.client.CoreV1().Pods("ns1").Create(f.ctx, evicted, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -468,15 +472,14 @@ func TestSparkConflictWithAnotherServer(t *testing.T) {
 	}
 }
 
-func TestSparkReadyEndpoints(t *testing.T) {
-	slice := func(ready *bool, addrs ...string) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{
-			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}, {Name: ptr.To("spark"), Port: ptr.To[int32](7077)}},
-			Endpoints: []discoveryv1.Endpoint{{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ready}}},
-		}
+func container(requests, limits corev1.ResourceList) corev1.Container {
+	return corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits}}
+}
+
+func rl(kv ...string) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
 	}
-	v := newSparkView(sparkSnapshot{slices: []*discoveryv1.EndpointSlice{slice(ptr.To(false), "10.0.0.1"), slice(nil, "10.0.0.3"), slice(ptr.To(true), "10.0.0.2")}})
-	if got := v.readyEndpoints(); strings.Join(got, ",") != "10.0.0.2:7077,10.0.0.3:7077" {
-		t.Errorf("readyEndpoints = %v, want the ready and the unknown ones on the cluster port", got)
-	}
+	return out
 }

@@ -66,6 +66,7 @@ func TestReservationChart(t *testing.T) {
 		// spark.enabled: Spark clusters in the notebook namespace.
 		{"create", "deployments.apps", ns, true},
 		{"delete", "configmaps", ns, true},
+		{"patch", "configmaps", ns, true},
 		{"watch", "endpointslices.discovery.k8s.io", ns, true},
 		{"list", "resourcequotas", ns, true},
 		{"update", "deployments.apps", ns, false},

@@ -1,4 +1,4 @@
-package lifecycle
+package sparkcluster
 
 import (
 	"reflect"

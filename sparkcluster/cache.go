@@ -1,4 +1,4 @@
-package lifecycle
+package sparkcluster
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -18,21 +19,21 @@ import (
 	"github.com/dsmlp/spawner/spawner"
 )
 
-// sparkClusterIndex indexes cached Spark objects by their cluster key,
+// clusterIndex indexes cached Spark objects by their cluster key,
 // "<namespace>/<LabelSparkCluster value>".
-const sparkClusterIndex = "spark-cluster"
+const clusterIndex = "spark-cluster"
 
 // lastAppliedAnnotation is kubectl's copy of a whole manifest.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// sparkCache holds informer caches of the Spark clusters' ConfigMaps,
+// clusterCache holds informer caches of the Spark clusters' ConfigMaps,
 // Services, Deployments, ReplicaSets, EndpointSlices and pods, all selected
 // by LabelSparkCluster (ReplicaSets and pods have the pod template's
 // labels, and the EndpointSlice controller copies a Service's labels onto
 // its slices), and of the namespaces' ResourceQuotas. Every spawn,
 // poll and status reads these instead of the API server. Cached objects
 // are shared: never modify them.
-type sparkCache struct {
+type clusterCache struct {
 	factory, quotaFactory                                               informers.SharedInformerFactory
 	configMaps, services, deployments, replicaSets, slices, pods, quota cache.SharedIndexInformer
 	synced                                                              []cache.InformerSynced
@@ -45,15 +46,15 @@ type sparkCache struct {
 	subs  map[cache.ObjectName]map[chan struct{}]struct{}
 }
 
-func newSparkCache(client kubernetes.Interface, namespace string) (*sparkCache, error) {
-	c := &sparkCache{subs: map[cache.ObjectName]map[chan struct{}]struct{}{}}
+func newClusterCache(client kubernetes.Interface, namespace string) (*clusterCache, error) {
+	c := &clusterCache{subs: map[cache.ObjectName]map[chan struct{}]struct{}{}}
 	c.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spawner.LabelSparkCluster }),
-		informers.WithTransform(trimSparkObject),
+		informers.WithTransform(trimObject),
 	)
 	c.quotaFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(namespace), informers.WithTransform(trimSparkObject))
+		informers.WithNamespace(namespace), informers.WithTransform(trimObject))
 	c.configMaps = c.factory.Core().V1().ConfigMaps().Informer()
 	c.services = c.factory.Core().V1().Services().Informer()
 	c.deployments = c.factory.Apps().V1().Deployments().Informer()
@@ -74,7 +75,7 @@ func newSparkCache(client kubernetes.Interface, namespace string) (*sparkCache, 
 		DeleteFunc: c.changed,
 	}
 	for _, inf := range []cache.SharedIndexInformer{c.configMaps, c.services, c.deployments, c.replicaSets, c.slices, c.pods} {
-		if err := inf.AddIndexers(cache.Indexers{sparkClusterIndex: indexByCluster}); err != nil {
+		if err := inf.AddIndexers(cache.Indexers{clusterIndex: indexByCluster}); err != nil {
 			return nil, fmt.Errorf("indexing Spark objects: %w", err)
 		}
 		reg, err := inf.AddEventHandler(handler)
@@ -89,7 +90,7 @@ func newSparkCache(client kubernetes.Interface, namespace string) (*sparkCache, 
 
 // run starts the informers and returns once their first LISTs are in, or
 // when ctx ends.
-func (c *sparkCache) run(ctx context.Context) error {
+func (c *clusterCache) run(ctx context.Context) error {
 	c.factory.Start(ctx.Done())
 	c.quotaFactory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
@@ -98,12 +99,12 @@ func (c *sparkCache) run(ctx context.Context) error {
 	return nil
 }
 
-func (c *sparkCache) shutdown() {
+func (c *clusterCache) shutdown() {
 	c.factory.Shutdown()
 	c.quotaFactory.Shutdown()
 }
 
-func (c *sparkCache) hasSynced() bool {
+func (c *clusterCache) hasSynced() bool {
 	for _, s := range c.synced {
 		if !s() {
 			return false
@@ -136,7 +137,7 @@ func clusterKeyOf(obj any) (cache.ObjectName, bool) {
 	return cache.NewObjectName(m.GetNamespace(), id), true
 }
 
-func (c *sparkCache) changed(obj any) {
+func (c *clusterCache) changed(obj any) {
 	key, ok := clusterKeyOf(obj)
 	if !ok {
 		return
@@ -156,7 +157,7 @@ func (c *sparkCache) changed(obj any) {
 
 // subscribe returns a channel signalled, without blocking and coalescing,
 // on every change to the cluster's objects; call cancel when done.
-func (c *sparkCache) subscribe(key cache.ObjectName) (<-chan struct{}, func()) {
+func (c *clusterCache) subscribe(key cache.ObjectName) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	c.subMu.Lock()
 	if c.subs[key] == nil {
@@ -177,8 +178,8 @@ func (c *sparkCache) subscribe(key cache.ObjectName) (<-chan struct{}, func()) {
 	}
 }
 
-// sparkSnapshot is one cluster's cached objects.
-type sparkSnapshot struct {
+// snapshot is one cluster's cached objects.
+type snapshot struct {
 	configMap      *corev1.ConfigMap
 	service        *corev1.Service
 	master, worker *appsv1.Deployment
@@ -189,10 +190,10 @@ type sparkSnapshot struct {
 
 // cluster reads one cluster's objects from the caches. Objects that carry
 // the label under other names (copied by hand, say) are not the cluster's.
-func (c *sparkCache) cluster(key cache.ObjectName) sparkSnapshot {
-	var s sparkSnapshot
+func (c *clusterCache) cluster(key cache.ObjectName) snapshot {
+	var s snapshot
 	list := func(inf cache.SharedIndexInformer) []any {
-		objs, err := inf.GetIndexer().ByIndex(sparkClusterIndex, key.String())
+		objs, err := inf.GetIndexer().ByIndex(clusterIndex, key.String())
 		if err != nil {
 			return nil // only an unknown index fails
 		}
@@ -229,12 +230,12 @@ func (c *sparkCache) cluster(key cache.ObjectName) sparkSnapshot {
 		}
 	}
 	for _, o := range list(c.pods) {
-		if p, ok := o.(*corev1.Pod); ok && sparkRole(p) != "" {
+		if p, ok := o.(*corev1.Pod); ok && roleOf(p) != "" {
 			s.pods = append(s.pods, p)
 		}
 	}
 	sort.Slice(s.pods, func(i, j int) bool {
-		if ri, rj := sparkRole(s.pods[i]), sparkRole(s.pods[j]); ri != rj {
+		if ri, rj := roleOf(s.pods[i]), roleOf(s.pods[j]); ri != rj {
 			return ri < rj // master before worker
 		}
 		return s.pods[i].Name < s.pods[j].Name
@@ -243,7 +244,7 @@ func (c *sparkCache) cluster(key cache.ObjectName) sparkSnapshot {
 }
 
 // quotas returns the namespace's ResourceQuotas.
-func (c *sparkCache) quotas(namespace string) []*corev1.ResourceQuota {
+func (c *clusterCache) quotas(namespace string) []*corev1.ResourceQuota {
 	var out []*corev1.ResourceQuota
 	for _, o := range c.quota.GetStore().List() {
 		if q, ok := o.(*corev1.ResourceQuota); ok && q.Namespace == namespace {
@@ -257,7 +258,7 @@ func (c *sparkCache) quotas(namespace string) []*corev1.ResourceQuota {
 // objects returns the cluster's top-level objects (not ReplicaSets, slices
 // or pods, which their controllers own), those that exist, in creation
 // order.
-func (s sparkSnapshot) objects() []metav1.Object {
+func (s snapshot) objects() []metav1.Object {
 	var out []metav1.Object
 	if s.configMap != nil {
 		out = append(out, s.configMap)
@@ -275,12 +276,81 @@ func (s sparkSnapshot) objects() []metav1.Object {
 }
 
 // empty reports whether nothing of the cluster is left.
-func (s sparkSnapshot) empty() bool {
+func (s snapshot) empty() bool {
 	return len(s.objects()) == 0 && len(s.replicaSets) == 0 && len(s.slices) == 0 && len(s.pods) == 0
 }
 
-// sparkRole is "master" or "worker" for a Spark pod, else "".
-func sparkRole(p *corev1.Pod) string {
+// identity is the server an object was made for, from the annotations the
+// spawner puts on every object of a cluster (the Deployment controller
+// copies them onto ReplicaSets, and the pod template onto pods); ok is false
+// for an object without them, an EndpointSlice say.
+func identity(o metav1.Object) (user, server string, ok bool) {
+	a := o.GetAnnotations()
+	user, ok = a[spawner.AnnotationSpawnerUser]
+	return user, a[spawner.AnnotationSpawnerServer], ok
+}
+
+// mine reports whether an object carries the identity of the server.
+func mine(o metav1.Object, user, server string) bool {
+	u, s, ok := identity(o)
+	return ok && u == user && s == server
+}
+
+// of keeps what of the snapshot belongs to the server: the cluster's label
+// is derived from the notebook pod's name, which another server's object
+// can carry too (a copy by hand, a slug that collides). The ConfigMap,
+// Service and Deployments must carry the server's identity. ReplicaSets
+// and pods are dropped only if they carry another's, and EndpointSlices,
+// which carry none, only if another's Service owns them: dependents are
+// kept by label otherwise, so that a cluster whose Deployments are gone
+// still shows its pods until they are.
+func (s snapshot) of(user, server string) snapshot {
+	out := snapshot{}
+	if s.configMap != nil && mine(s.configMap, user, server) {
+		out.configMap = s.configMap
+	}
+	if s.master != nil && mine(s.master, user, server) {
+		out.master = s.master
+	}
+	if s.worker != nil && mine(s.worker, user, server) {
+		out.worker = s.worker
+	}
+	var foreignService types.UID
+	if s.service != nil {
+		if mine(s.service, user, server) {
+			out.service = s.service
+		} else {
+			foreignService = s.service.UID
+		}
+	}
+	notForeign := func(o metav1.Object) bool {
+		_, _, ok := identity(o)
+		return !ok || mine(o, user, server)
+	}
+	for _, rs := range s.replicaSets {
+		if notForeign(rs) {
+			out.replicaSets = append(out.replicaSets, rs)
+		}
+	}
+	for _, p := range s.pods {
+		if notForeign(p) {
+			out.pods = append(out.pods, p)
+		}
+	}
+	for _, es := range s.slices {
+		foreign := false
+		for _, r := range es.OwnerReferences {
+			foreign = foreign || (foreignService != "" && r.UID == foreignService)
+		}
+		if !foreign {
+			out.slices = append(out.slices, es)
+		}
+	}
+	return out
+}
+
+// roleOf is "master" or "worker" for a Spark pod, else "".
+func roleOf(p *corev1.Pod) string {
 	switch p.Labels[spawner.LabelComponent] {
 	case spawner.SparkMasterComponent:
 		return "master"
@@ -290,12 +360,12 @@ func sparkRole(p *corev1.Pod) string {
 	return ""
 }
 
-// trimSparkObject is the Spark informers' transform: managedFields and
+// trimObject is the Spark informers' transform: managedFields and
 // kubectl's last-applied copy go from every object, and pods keep only what
-// readiness, status and the replacement of stopped pods read.
-func trimSparkObject(obj any) (any, error) {
+// readiness, status, ownership and the replacement of stopped pods read.
+func trimObject(obj any) (any, error) {
 	if p, ok := obj.(*corev1.Pod); ok {
-		return trimSparkPod(p), nil
+		return trimPod(p), nil
 	}
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetManagedFields(nil)
@@ -312,12 +382,12 @@ func trimSparkObject(obj any) (any, error) {
 	return obj, nil
 }
 
-func trimSparkPod(p *corev1.Pod) *corev1.Pod {
+func trimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
-			Labels: p.Labels, OwnerReferences: p.OwnerReferences,
+			Labels: p.Labels, Annotations: identityAnnotations(p.Annotations), OwnerReferences: p.OwnerReferences,
 		},
 		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{
@@ -338,4 +408,19 @@ func trimSparkPod(p *corev1.Pod) *corev1.Pod {
 	return out
 }
 
-var _ cache.TransformFunc = trimSparkObject
+// identityAnnotations keeps of a pod's annotations the server's identity,
+// which says whose the pod is.
+func identityAnnotations(a map[string]string) map[string]string {
+	var out map[string]string
+	for _, k := range []string{spawner.AnnotationSpawnerUser, spawner.AnnotationSpawnerServer} {
+		if v, ok := a[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+var _ cache.TransformFunc = trimObject

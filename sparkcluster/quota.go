@@ -1,4 +1,4 @@
-package lifecycle
+package sparkcluster
 
 import (
 	"context"
@@ -349,17 +349,17 @@ func isObjectCount(name corev1.ResourceName) bool {
 	return strings.HasPrefix(string(name), "count/") && name != "count/pods"
 }
 
-// checkSparkFits refuses, before anything is created, a spawn whose
+// checkFits refuses, before anything is created, a spawn whose
 // notebook and Spark cluster do not fit the namespace's quotas. Only a
 // refusal reads the API server: it lists the namespace's pods to say what
 // already uses the resource, and to let through a spawn that is refused
 // only because the quota's recorded usage still counts pods that are gone.
-func (m *Manager) checkSparkFits(ctx context.Context, objs *spawner.Objects, c *spawner.SparkCluster) error {
-	short := shortfalls(m.spark.cache.quotas(c.Namespace), sparkDemand(objs.Pod, c, objs.Service != nil))
+func (r *Reconciler) checkFits(ctx context.Context, objs *spawner.Objects, c *spawner.SparkCluster) error {
+	short := shortfalls(r.cache.quotas(c.Namespace), sparkDemand(objs.Pod, c, objs.Service != nil))
 	if len(short) == 0 {
 		return nil
 	}
-	list, err := m.client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{})
+	list, err := r.client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing the pods of %s: %w", c.Namespace, err)
 	}
@@ -405,13 +405,13 @@ func parseQuotaRefusal(msg string) (quota string, resources []corev1.ResourceNam
 
 // explainQuotaRefusal adds to a quota refusal of a Spark pod, which a
 // ReplicaSet met, what already uses the resources it names.
-func (m *Manager) explainQuotaRefusal(ctx context.Context, namespace, msg string) string {
+func (r *Reconciler) explainQuotaRefusal(ctx context.Context, namespace, msg string) string {
 	name, resources, ok := parseQuotaRefusal(msg)
 	if !ok {
 		return msg
 	}
 	var q *corev1.ResourceQuota
-	for _, c := range m.spark.cache.quotas(namespace) {
+	for _, c := range r.cache.quotas(namespace) {
 		if c.Name == name {
 			q = c
 		}
@@ -419,7 +419,7 @@ func (m *Manager) explainQuotaRefusal(ctx context.Context, namespace, msg string
 	if q == nil {
 		return msg
 	}
-	list, err := m.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	list, err := r.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return msg
 	}

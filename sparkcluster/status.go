@@ -1,6 +1,7 @@
-package lifecycle
+package sparkcluster
 
 import (
+	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -8,13 +9,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/dsmlp/spawner/spawner"
 )
 
-// SparkStatus is a server's Spark cluster as the cache sees it.
-type SparkStatus struct {
+// Status is a server's Spark cluster as the cache sees it.
+type Status struct {
 	// MasterURL is where jobs are submitted; UIURL is the master's web UI.
 	MasterURL string `json:"master_url"`
 	UIURL     string `json:"ui_url"`
@@ -26,16 +26,20 @@ type SparkStatus struct {
 	// Endpoints are the ready addresses of spark-master-svc's cluster port.
 	Endpoints []string `json:"endpoints"`
 	// Pods are the master and worker pods, master first.
-	Pods []SparkPod `json:"pods"`
+	Pods []Pod `json:"pods"`
 	// Replaced are the cluster's recent stopped pods, newest last, which
-	// spawnerd deleted so that their ReplicaSet replaced them.
-	Replaced []SparkPodStop `json:"replaced,omitempty"`
+	// spawnerd deleted so that their ReplicaSet replaced them (read from
+	// the ConfigMap's AnnotationReplaced).
+	Replaced []PodStop `json:"replaced,omitempty"`
 	// Problem is a ReplicaSet's failure to create pods (quota, say).
 	Problem string `json:"problem,omitempty"`
+
+	// problems are every Deployment's replica failure, "name: message".
+	problems []string
 }
 
-// SparkPod is one pod of a Spark cluster.
-type SparkPod struct {
+// Pod is one pod of a Spark cluster.
+type Pod struct {
 	Name     string `json:"name"`
 	Role     string `json:"role"`
 	Phase    string `json:"phase"`
@@ -48,8 +52,8 @@ type SparkPod struct {
 	Terminating bool   `json:"terminating,omitempty"`
 }
 
-// SparkPodStop is a Spark pod that stopped and was replaced.
-type SparkPodStop struct {
+// PodStop is a Spark pod that stopped and was replaced.
+type PodStop struct {
 	Pod     string    `json:"pod"`
 	Role    string    `json:"role"`
 	Phase   string    `json:"phase"`
@@ -58,13 +62,13 @@ type SparkPodStop struct {
 	At      time.Time `json:"at"`
 }
 
-// maxReplacedKept bounds SparkStatus.Replaced.
+// maxReplacedKept bounds Status.Replaced.
 const maxReplacedKept = 10
 
-// sparkView derives readiness from one cluster's cached objects.
-type sparkView struct{ s sparkSnapshot }
+// view derives readiness from one cluster's cached objects.
+type view struct{ s snapshot }
 
-func newSparkView(s sparkSnapshot) sparkView { return sparkView{s} }
+func newView(s snapshot) view { return view{s} }
 
 func podReady(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
@@ -79,19 +83,19 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // readyMaster returns the name of a ready master pod, or "".
-func (v sparkView) readyMaster() string {
+func (v view) readyMaster() string {
 	for _, p := range v.s.pods {
-		if sparkRole(p) == "master" && podReady(p) {
+		if roleOf(p) == "master" && podReady(p) {
 			return p.Name
 		}
 	}
 	return ""
 }
 
-func (v sparkView) readyWorkers() int {
+func (v view) readyWorkers() int {
 	n := 0
 	for _, p := range v.s.pods {
-		if sparkRole(p) == "worker" && podReady(p) {
+		if roleOf(p) == "worker" && podReady(p) {
 			n++
 		}
 	}
@@ -101,7 +105,7 @@ func (v sparkView) readyWorkers() int {
 // readyEndpoints are the master's ready addresses behind spark-master-svc,
 // with the cluster port, sorted. An endpoint whose ready condition is
 // unset counts as ready, as the EndpointSlice API defines.
-func (v sparkView) readyEndpoints() []string {
+func (v view) readyEndpoints() []string {
 	var out []string
 	for _, es := range v.s.slices {
 		port := int32(spawner.SparkMasterPort)
@@ -123,7 +127,7 @@ func (v sparkView) readyEndpoints() []string {
 	return out
 }
 
-func (v sparkView) deployments() []*appsv1.Deployment {
+func (v view) deployments() []*appsv1.Deployment {
 	var out []*appsv1.Deployment
 	for _, d := range []*appsv1.Deployment{v.s.master, v.s.worker} {
 		if d != nil {
@@ -145,22 +149,21 @@ func replicaFailure(d *appsv1.Deployment) string {
 	return ""
 }
 
-// sparkStatus reports the cluster of the server whose notebook pod is ref,
-// or nil if there is none.
-func (m *Manager) sparkStatus(ref podRef) *SparkStatus {
-	if m.spark == nil || ref.name == "" {
+// Status reports the notebook's cluster from the cache, nil if there is
+// none: only objects of the notebook's server count.
+func (r *Reconciler) Status(nb Notebook) *Status {
+	if nb.Pod == "" {
 		return nil
 	}
-	key := sparkKeyOf(ref)
-	snap := m.spark.cache.cluster(key)
+	snap := r.clusterOf(nb)
 	if snap.empty() {
 		return nil
 	}
-	v := newSparkView(snap)
-	st := &SparkStatus{
+	v := newView(snap)
+	st := &Status{
 		MasterURL: spawner.SparkMasterURL, UIURL: spawner.SparkMasterUIURL,
 		MasterReady: v.readyMaster() != "", ReadyWorkers: v.readyWorkers(),
-		Endpoints: v.readyEndpoints(), Pods: []SparkPod{},
+		Endpoints: v.readyEndpoints(), Pods: []Pod{},
 	}
 	if snap.worker != nil && snap.worker.Spec.Replicas != nil {
 		st.Workers = int(*snap.worker.Spec.Replicas)
@@ -169,7 +172,7 @@ func (m *Manager) sparkStatus(ref podRef) *SparkStatus {
 		st.Endpoints = []string{}
 	}
 	for _, p := range snap.pods {
-		sp := SparkPod{Name: p.Name, Role: sparkRole(p), Phase: string(p.Status.Phase), Ready: podReady(p),
+		sp := Pod{Name: p.Name, Role: roleOf(p), Phase: string(p.Status.Phase), Ready: podReady(p),
 			Node: p.Spec.NodeName, IP: p.Status.PodIP, Reason: p.Status.Reason, Terminating: p.DeletionTimestamp != nil}
 		for _, cs := range p.Status.ContainerStatuses {
 			sp.Restarts += cs.RestartCount
@@ -184,24 +187,74 @@ func (m *Manager) sparkStatus(ref podRef) *SparkStatus {
 	for _, d := range v.deployments() {
 		if msg := replicaFailure(d); msg != "" {
 			st.Problem = d.Name + ": " + msg
+			st.problems = append(st.problems, st.Problem)
 		}
 	}
-	st.Replaced = m.spark.replacedOf(key)
+	st.Replaced = replacedOf(snap.configMap)
 	return st
 }
 
-func (s *sparkSupport) recordReplaced(key cache.ObjectName, stop SparkPodStop) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := append(s.replaced[key], stop)
-	if len(l) > maxReplacedKept {
-		l = l[len(l)-maxReplacedKept:]
+// Ready reports whether the cluster lets its spawn end: the master is
+// reachable through the Service's endpoints. No cluster is ready: the spawn
+// has none (Ensure returns once the cache shows a created cluster).
+func (s *Status) Ready() bool { return s == nil || len(s.Endpoints) > 0 }
+
+// readyMaster is the name of a ready master pod, or "".
+func (s *Status) readyMaster() string {
+	for _, p := range s.Pods {
+		if p.Role == "master" && p.Ready {
+			return p.Name
+		}
 	}
-	s.replaced[key] = l
+	return ""
 }
 
-func (s *sparkSupport) replacedOf(key cache.ObjectName) []SparkPodStop {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]SparkPodStop(nil), s.replaced[key]...)
+// Summary describes the cluster for a timeout message; "" if there is none.
+func (s *Status) Summary() string {
+	if s == nil {
+		return ""
+	}
+	master := "not ready"
+	if s.MasterReady {
+		master = "ready"
+	}
+	out := fmt.Sprintf("Spark master %s, %d/%d workers ready, %d ready endpoints of %s", master, s.ReadyWorkers, s.Workers, len(s.Endpoints), spawner.SparkServiceName)
+	for _, p := range s.problems {
+		out += "; " + p
+	}
+	return out
+}
+
+// Milestones are the progress messages of a spawn's cluster already told.
+// The zero value has told none.
+type Milestones struct {
+	announced, master, reachable bool
+	workers                      int
+}
+
+// Next returns the messages of the milestones the cluster has reached
+// since the last call. Milestones are read from the cache on every change,
+// so a missed signal only delays them.
+func (m *Milestones) Next(s *Status) []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	if !m.announced {
+		m.announced = true
+		out = append(out, fmt.Sprintf("Spark cluster requested: a master and %d workers at %s", s.Workers, spawner.SparkMasterURL))
+	}
+	if name := s.readyMaster(); name != "" && !m.master {
+		m.master = true
+		out = append(out, "Spark master "+name+" is ready")
+	}
+	if s.ReadyWorkers > m.workers {
+		m.workers = s.ReadyWorkers
+		out = append(out, fmt.Sprintf("Spark workers ready: %d/%d", s.ReadyWorkers, s.Workers))
+	}
+	if len(s.Endpoints) > 0 && !m.reachable {
+		m.reachable = true
+		out = append(out, fmt.Sprintf("Spark master reachable at %s (endpoint %s)", spawner.SparkMasterURL, s.Endpoints[0]))
+	}
+	return out
 }
