@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/dsmlp/spawner/lifecycle"
@@ -32,9 +33,9 @@ import (
 // Servers runs and reports servers; *lifecycle.Manager implements it.
 type Servers interface {
 	Start(ctx context.Context, req spawner.Request) (*lifecycle.Server, error)
-	Server(key lifecycle.Key) *lifecycle.Server
+	Server(key lifecycle.Key, hint lifecycle.Hint) *lifecycle.Server
 	ServerWithEvents(key lifecycle.Key, max int) *lifecycle.Server
-	Stop(ctx context.Context, key lifecycle.Key, now bool, wait time.Duration) (bool, error)
+	Stop(ctx context.Context, key lifecycle.Key, hint lifecycle.Hint, now bool, wait time.Duration) (bool, error)
 	DeleteForever(ctx context.Context, key lifecycle.Key, saved lifecycle.SavedState) (*lifecycle.StorageDeletion, error)
 	Progress(ctx context.Context, key lifecycle.Key, fn func(lifecycle.Event) error) error
 	List() []*lifecycle.Server
@@ -208,7 +209,10 @@ func (h *handlers) start(c echo.Context) error {
 	if body.APIToken != "" && env["JUPYTERHUB_API_TOKEN"] == "" {
 		env["JUPYTERHUB_API_TOKEN"] = body.APIToken
 	}
-	req := spawner.Request{User: key.User, Server: key.Server, UserID: body.UserID, Env: env, UserOptions: body.UserOptions}
+	if body.StartTimeout < 0 {
+		return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("start_timeout must not be negative, got %d", body.StartTimeout), field: "start_timeout"}
+	}
+	req := spawner.Request{User: key.User, Server: key.Server, UserID: body.UserID, Env: env, UserOptions: body.UserOptions, StartTimeout: body.StartTimeout}
 	if body.State != nil {
 		if err := checkPVCName(body.State.PVCName, "state.pvc_name"); err != nil {
 			return err
@@ -285,7 +289,26 @@ func (h *handlers) poll(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, h.opts.Servers.Server(key))
+	hint, err := hintOf(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, h.opts.Servers.Server(key, hint))
+}
+
+// maxHintLen bounds a hint value: a Kubernetes name is at most 253 bytes.
+const maxHintLen = 253
+
+// hintOf reads the hub's saved state (pod_name, namespace, pod_uid) that
+// the hub class sends with poll and stop, as query parameters.
+func hintOf(c echo.Context) (lifecycle.Hint, error) {
+	h := lifecycle.Hint{Pod: c.QueryParam("pod_name"), Namespace: c.QueryParam("namespace"), UID: types.UID(c.QueryParam("pod_uid"))}
+	for name, v := range map[string]string{"pod_name": h.Pod, "namespace": h.Namespace, "pod_uid": string(h.UID)} {
+		if len(v) > maxHintLen {
+			return lifecycle.Hint{}, &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s is longer than %d bytes", name, maxHintLen), field: name}
+		}
+	}
+	return h, nil
 }
 
 func (h *handlers) stop(c echo.Context) error {
@@ -309,12 +332,16 @@ func (h *handlers) stop(c echo.Context) error {
 		}
 		wait = min(wait, d)
 	}
-	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, now, wait)
+	hint, err := hintOf(c)
+	if err != nil {
+		return err
+	}
+	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, hint, now, wait)
 	if err != nil {
 		return err
 	}
 	if !gone {
-		return c.JSON(http.StatusAccepted, h.opts.Servers.Server(key))
+		return c.JSON(http.StatusAccepted, h.opts.Servers.Server(key, hint))
 	}
 	return c.NoContent(http.StatusNoContent)
 }
@@ -331,7 +358,7 @@ func (h *handlers) progress(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := h.opts.Servers.Server(key)
+	srv := h.opts.Servers.Server(key, lifecycle.Hint{})
 	// The stream outlives the server's read and write timeouts: lift them
 	// for this connection (the upgrader clears the socket's deadlines as
 	// well); the pings below and the per-message write deadline bound it.

@@ -39,13 +39,13 @@ func (f *fakeServers) Start(_ context.Context, req spawner.Request) (*lifecycle.
 	f.started = append(f.started, req)
 	return &lifecycle.Server{User: req.User, Server: req.Server, Status: lifecycle.StatusPending}, nil
 }
-func (f *fakeServers) Server(k lifecycle.Key) *lifecycle.Server {
+func (f *fakeServers) Server(k lifecycle.Key, _ lifecycle.Hint) *lifecycle.Server {
 	return &lifecycle.Server{User: k.User, Server: k.Server, Status: lifecycle.StatusAbsent}
 }
 func (f *fakeServers) ServerWithEvents(k lifecycle.Key, _ int) *lifecycle.Server {
 	return &lifecycle.Server{User: k.User, Server: k.Server, Status: lifecycle.StatusRunning}
 }
-func (f *fakeServers) Stop(_ context.Context, k lifecycle.Key, _ bool, _ time.Duration) (bool, error) {
+func (f *fakeServers) Stop(_ context.Context, k lifecycle.Key, _ lifecycle.Hint, _ bool, _ time.Duration) (bool, error) {
 	f.stopped = append(f.stopped, k)
 	return true, nil
 }

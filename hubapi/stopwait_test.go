@@ -19,7 +19,7 @@ type waitServers struct {
 	waits []time.Duration
 }
 
-func (w *waitServers) Stop(_ context.Context, _ lifecycle.Key, _ bool, wait time.Duration) (bool, error) {
+func (w *waitServers) Stop(_ context.Context, _ lifecycle.Key, _ lifecycle.Hint, _ bool, wait time.Duration) (bool, error) {
 	w.waits = append(w.waits, wait)
 	return true, nil
 }

@@ -6,6 +6,7 @@ package lifecycle
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/reservation"
+	"github.com/dsmlp/spawner/serverid"
 	"github.com/dsmlp/spawner/sparkcluster"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -38,6 +40,7 @@ type Watcher interface {
 	ForgetStop(namespace, pod string)
 	LastStop(namespace, pod string) (poll.StopInfo, bool)
 	Pods() []*corev1.Pod
+	PodsOf(serverKey string) []*corev1.Pod
 }
 
 // Sentinel errors; hubapi maps them to HTTP statuses.
@@ -68,9 +71,13 @@ type Manager struct {
 	// spark are the Spark clusters; noSpark without them in the configuration.
 	spark SparkClusters
 
-	mu      sync.Mutex
-	spawns  map[Key]*spawn
-	located map[Key]podRef
+	// settings caches the settings of pods' user_options.
+	settings settingsCache
+
+	mu     sync.Mutex
+	spawns map[Key]*spawn
+	// observed follow spawns another replica started, for progress.
+	observed map[Key]*spawn
 }
 
 type podRef struct{ namespace, name string }
@@ -90,6 +97,9 @@ type spawn struct {
 	pvc string
 	// sparkSeen is followed by follow alone.
 	sparkSeen sparkcluster.Milestones
+	// observer: another replica started this spawn; this one only tells
+	// its progress and leaves the pod alone.
+	observer bool
 
 	mu     sync.Mutex
 	done   bool
@@ -145,7 +155,7 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 		client: client, cfg: cfg, base: base, watcher: w,
 		log: opts.Logger, clock: opts.Clock, metrics: opts.Metrics, gate: opts.SchedulingGate,
 		res: opts.Reservations, loc: cmp.Or(opts.Location, time.Local),
-		spawns: map[Key]*spawn{}, located: map[Key]podRef{},
+		spawns: map[Key]*spawn{}, observed: map[Key]*spawn{},
 	}
 	if err := m.initSpark(opts.Spark); err != nil {
 		return nil, err
@@ -164,6 +174,14 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		return nil, err
 	}
 	gate(objs.Pod, m.gate)
+	if req.StartTimeout > 0 && req.StartTimeout != settings.StartTimeout {
+		cp := *settings
+		cp.StartTimeout = req.StartTimeout
+		settings = &cp
+	}
+	if err := m.markIdentity(objs.Pod, req, settings); err != nil {
+		return nil, err
+	}
 	cluster, err := spawner.BuildSpark(settings, req, objs.Pod)
 	if err != nil {
 		return nil, err
@@ -177,17 +195,24 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		if done, _, failed := sp.result(); !done || failed == "" && m.watcher.Status(ref.namespace, ref.name).State == poll.StateRunning {
 			m.mu.Unlock()
 			log.Info("start: already starting or running")
-			return m.Server(key), nil
+			return m.Server(key, Hint{}), nil
 		}
 	}
-	m.located[key] = ref
+	delete(m.observed, key)
 	m.mu.Unlock()
 
 	// A stopped pod of the same name (evicted, completed) would block the
 	// create: remove it first, as KubeSpawner does on a 409.
 	if st := m.watcher.Status(ref.namespace, ref.name); st.Pod != nil && (st.State == poll.StateStopped || st.Pod.DeletionTimestamp != nil) {
+		if ok, why := m.owns(st.Pod, key, Hint{}); !ok {
+			log.Warn("start: the pod name is taken by a pod that is not this server's", zap.String("why", why))
+			return nil, fmt.Errorf("pod %s/%s: %w", ref.namespace, ref.name, ErrConflict)
+		}
 		log.Info("start: removing the previous stopped pod")
 		m.watcher.ExpectStop(ref.namespace, ref.name)
+		if err := poll.Release(ctx, m.client, ref.namespace, ref.name, st.Pod.UID, serverid.StopByHub); err != nil {
+			return nil, err
+		}
 		if err := m.deletePodAndWait(ctx, ref, st.Pod.UID, 0, time.Duration(settings.StartTimeout)*time.Second); err != nil {
 			return nil, err
 		}
@@ -228,7 +253,34 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		log.Info("start: pod created", zap.String("uid", string(uid)))
 	}
 	go m.follow(spawnCtx, sp, log)
-	return m.Server(key), nil
+	return m.Server(key, Hint{UID: uid}), nil
+}
+
+// markIdentity writes what any replica needs to know about the spawn onto
+// its pod: the user_options (for its settings), the start deadline, and the
+// finalizer that keeps the pod until its stop is reported.
+func (m *Manager) markIdentity(pod *corev1.Pod, req spawner.Request, s *spawner.Settings) error {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	if len(req.UserOptions) > 0 {
+		raw, err := json.Marshal(req.UserOptions)
+		if err != nil {
+			return fmt.Errorf("encoding user_options: %w", err)
+		}
+		pod.Annotations[serverid.AnnotationUserOptions] = string(raw)
+	}
+	limit := s.StartTimeout
+	if pod.Labels[spawner.LabelGPUClass] != "" {
+		// A GPU spawn may wait for its reservation that long.
+		limit = max(limit, s.ReservationWaitTimeout)
+	}
+	deadline := m.clock.Now().Add(time.Duration(limit) * time.Second).UTC()
+	pod.Annotations[serverid.AnnotationStartDeadline] = deadline.Format(time.RFC3339)
+	if !slices.Contains(pod.Finalizers, serverid.FinalizerStopReport) {
+		pod.Finalizers = append(pod.Finalizers, serverid.FinalizerStopReport)
+	}
+	return nil
 }
 
 // createObjects creates the namespace, PVC, pod and service. Every create
@@ -253,7 +305,8 @@ func (m *Manager) createObjects(ctx context.Context, objs *spawner.Objects, req 
 		if gerr != nil {
 			return "", false, fmt.Errorf("reading existing pod %s: %w", pod.Name, gerr)
 		}
-		if existing.Annotations[poll.AnnotationUser] != req.User || existing.Annotations[poll.AnnotationServerName] != req.Server {
+		if ok, why := m.owns(existing, Key{req.User, req.Server}, Hint{}); !ok {
+			log.Warn("start: the pod name is taken by a pod that is not this server's", zap.String("why", why))
 			return "", false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, ErrConflict)
 		}
 		created, adopted, err = existing, true, nil
@@ -428,7 +481,15 @@ func (m *Manager) follow(ctx context.Context, sp *spawn, log *zap.Logger) {
 
 // abortSpawn removes a spawn's pod and Spark cluster and fails the spawn.
 func (m *Manager) abortSpawn(ctx context.Context, sp *spawn, why, outcome string, log *zap.Logger) {
+	if sp.observer {
+		// The starter, or else the leader at the pod's deadline, removes it.
+		m.finish(sp, "", why)
+		return
+	}
 	m.watcher.ExpectStop(sp.ref.namespace, sp.ref.name)
+	if err := poll.Release(context.WithoutCancel(ctx), m.client, sp.ref.namespace, sp.ref.name, sp.uid, serverid.StopByTimeout); err != nil {
+		log.Warn("start: marking the pod stopped failed", zap.Error(err))
+	}
 	if err := m.deletePod(context.WithoutCancel(ctx), sp.ref, sp.uid, 0); err != nil {
 		log.Warn("start: removing the pod failed", zap.Error(err))
 	}
@@ -508,32 +569,88 @@ func (m *Manager) Progress(ctx context.Context, key Key, fn func(Event) error) e
 	sp := m.spawns[key]
 	m.mu.Unlock()
 	if sp == nil {
+		sp = m.observe(key)
+	}
+	if sp == nil {
 		return ErrNotFound
 	}
 	return sp.events.follow(ctx, fn)
 }
 
+// observe follows, from the cache, a spawn this replica did not start (or
+// forgot in a restart): the same events told the same way, but the pod is
+// left to its starter, and to the leader at its deadline.
+func (m *Manager) observe(key Key) *spawn {
+	ref, pod := m.find(key, Hint{})
+	if pod == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if sp := m.observed[key]; sp != nil && sp.uid == pod.UID {
+		return sp
+	}
+	settings := m.settingsOf(pod)
+	started := pod.CreationTimestamp.Time
+	if deadline, ok := serverid.StartDeadline(pod); ok {
+		// follow's timer runs from started for start_timeout.
+		if limit := deadline.Sub(started); limit > 0 && int(limit.Seconds()) != settings.StartTimeout {
+			cp := *settings
+			cp.StartTimeout = int(limit.Round(time.Second).Seconds())
+			settings = &cp
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(settings.StartTimeout)*time.Second+time.Minute)
+	sp := &spawn{key: key, ref: ref, uid: pod.UID, settings: settings, events: newEventLog(), started: started, cancel: cancel, observer: true}
+	if old := m.observed[key]; old != nil {
+		old.cancel()
+	}
+	m.observed[key] = sp
+	log := m.log.With(zap.String("user", key.User), zap.String("server", key.Server),
+		zap.String("pod", ref.name), zap.String("namespace", ref.namespace))
+	log.Info("progress: following a spawn another replica started")
+	go func() {
+		defer cancel()
+		m.follow(ctx, sp, log)
+	}()
+	return sp
+}
+
 // Stop deletes the server's pod (grace 0 when now, else delete_grace_period)
 // and waits until it is gone. It reports false if the pod was still going
 // when wait ran out. Stopping an unknown server is not an error.
-func (m *Manager) Stop(ctx context.Context, key Key, now bool, wait time.Duration) (bool, error) {
+func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait time.Duration) (bool, error) {
 	m.mu.Lock()
 	sp := m.spawns[key]
+	if o := m.observed[key]; o != nil {
+		o.cancel()
+		delete(m.observed, key)
+	}
 	m.mu.Unlock()
 	if sp != nil {
 		sp.cancel()
 	}
-	ref := m.locate(key)
+	ref, pod := m.find(key, hint)
 	log := m.log.With(zap.String("user", key.User), zap.String("server", key.Server), zap.String("pod", ref.name), zap.String("namespace", ref.namespace))
+	if pod == nil {
+		// Nothing of this server's runs; a pod at its name is someone
+		// else's and stays.
+		if err := m.spark.Remove(ctx, sparkNotebook(key, ref, "")); err != nil {
+			return false, err
+		}
+		log.Info("stop: no pod of this server")
+		return true, nil
+	}
 	m.watcher.ExpectStop(ref.namespace, ref.name)
 	grace := m.base.DeleteGracePeriod
 	if now {
 		grace = 0
 	}
-	st := m.watcher.Status(ref.namespace, ref.name)
-	var uid types.UID
-	if st.Pod != nil {
-		uid = st.Pod.UID
+	uid := pod.UID
+	// Marked first, so that whichever replica sees the pod go knows the
+	// hub asked for it; the finalizer goes with the mark.
+	if err := poll.Release(ctx, m.client, ref.namespace, ref.name, uid, serverid.StopByHub); err != nil {
+		return false, err
 	}
 	// The cluster goes first, so that its workers do not outlive the
 	// notebook's driver.
@@ -599,26 +716,6 @@ func (m *Manager) waitGone(ctx context.Context, ref podRef, wait time.Duration) 
 		case <-changed:
 		}
 	}
-}
-
-// locate finds the pod of a server: from a spawn of this process, else from
-// the name templates with the base settings.
-func (m *Manager) locate(key Key) podRef {
-	m.mu.Lock()
-	ref, ok := m.located[key]
-	m.mu.Unlock()
-	if ok {
-		return ref
-	}
-	objs, _, err := spawner.Build(m.cfg, spawner.Request{User: key.User, Server: key.Server})
-	if err != nil {
-		return podRef{}
-	}
-	ref = podRef{objs.Pod.Namespace, objs.Pod.Name}
-	m.mu.Lock()
-	m.located[key] = ref
-	m.mu.Unlock()
-	return ref
 }
 
 // eventTimestamp is when an event last happened, as KubeSpawner reads it:

@@ -65,7 +65,7 @@ type StorageDeletion struct {
 // deletion remove another's storage. A server that still has a pod gets
 // ErrActive.
 func (m *Manager) DeleteForever(ctx context.Context, key Key, saved SavedState) (*StorageDeletion, error) {
-	if srv := m.Server(key); srv.Status == StatusPending || srv.Status == StatusRunning {
+	if srv := m.Server(key, Hint{Namespace: saved.Namespace}); srv.Status == StatusPending || srv.Status == StatusRunning {
 		return nil, fmt.Errorf("deleting %s forever: %w", describeKey(key), ErrActive)
 	}
 	names, err := spawner.NewNames(m.base, key.User, key.Server, saved.UserID, "")
@@ -161,7 +161,7 @@ func (m *Manager) forget(key Key) {
 		}
 		delete(m.spawns, key)
 	}
-	delete(m.located, key)
+	delete(m.observed, key)
 }
 
 func describeKey(k Key) string {

@@ -222,7 +222,7 @@ func TestStartRemembersThePVCName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _, _ = m.Stop(context.Background(), key, true, time.Second) })
+			t.Cleanup(func() { _, _ = m.Stop(context.Background(), key, Hint{}, true, time.Second) })
 			if left := pvcNames(t, client); !equalStrings(left, []string{"ns1/" + tc.want}) {
 				t.Errorf("PVCs %v, want ns1/%s", left, tc.want)
 			}
@@ -233,7 +233,7 @@ func TestStartRemembersThePVCName(t *testing.T) {
 			if got := pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName; got != tc.want {
 				t.Errorf("pod mounts %s, want %s", got, tc.want)
 			}
-			if srv.State["pvc_name"] != tc.want || m.Server(key).State["pvc_name"] != tc.want {
+			if srv.State["pvc_name"] != tc.want || m.Server(key, Hint{}).State["pvc_name"] != tc.want {
 				t.Errorf("state %v, want pvc_name %s", srv.State, tc.want)
 			}
 		})
@@ -255,7 +255,7 @@ kubespawner:
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = m.Stop(context.Background(), key, true, time.Second) })
+	t.Cleanup(func() { _, _ = m.Stop(context.Background(), key, Hint{}, true, time.Second) })
 	if _, ok := srv.State["pvc_name"]; ok {
 		t.Errorf("state %v names a PVC no spawn ensured", srv.State)
 	}
@@ -280,7 +280,7 @@ func TestEnsurePVCQuotaRefusalOfAnExistingPVC(t *testing.T) {
 		if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}); err != nil {
 			t.Fatalf("start: %v", err)
 		}
-		t.Cleanup(func() { _, _ = m.Stop(context.Background(), Key{User: "alice"}, true, time.Second) })
+		t.Cleanup(func() { _, _ = m.Stop(context.Background(), Key{User: "alice"}, Hint{}, true, time.Second) })
 	})
 	t.Run("missing", func(t *testing.T) {
 		m, client, _ := newPVCManager(t, "")

@@ -66,14 +66,24 @@ type EventSummary struct {
 }
 
 // Server reports one server from the cache, never from the API server.
-func (m *Manager) Server(key Key) *Server {
-	ref := m.locate(key)
+// The pod is found by the server's identity (see find), on any replica;
+// hint is the hub's saved state, if the request carried it.
+func (m *Manager) Server(key Key, hint Hint) *Server {
+	ref, pod := m.find(key, hint)
 	m.mu.Lock()
 	sp := m.spawns[key]
 	m.mu.Unlock()
 	st := m.watcher.Status(ref.namespace, ref.name)
+	if st.Pod != nil && (pod == nil || st.Pod.UID != pod.UID) {
+		// Another server's pod has this name (a name template that
+		// collides): this server has none.
+		st = poll.Status{State: poll.StateAbsent, ExitCode: 1}
+	}
 	s := &Server{User: key.User, Server: key.Server, Pod: ref.name, Namespace: ref.namespace,
 		State: map[string]string{"pod_name": ref.name, "namespace": ref.namespace}}
+	if pod != nil {
+		s.State["pod_uid"] = string(pod.UID)
+	}
 	s.Spark = m.spark.Status(sparkNotebook(key, ref, ""))
 	if st.Pod != nil {
 		describePod(s, st.Pod, m.clockNow())
@@ -96,7 +106,7 @@ func (m *Manager) Server(key Key) *Server {
 	case st.State == poll.StateRunning:
 		s.Status = StatusRunning
 		if url == "" {
-			url = podURL(st.Pod, m.base)
+			url = podURL(st.Pod, m.settingsOf(st.Pod))
 		}
 		s.URL = &url
 	case st.State == poll.StatePending:
@@ -119,7 +129,7 @@ func (m *Manager) Server(key Key) *Server {
 
 // ServerWithEvents is Server plus the pod's recent events, for admins.
 func (m *Manager) ServerWithEvents(key Key, max int) *Server {
-	s := m.Server(key)
+	s := m.Server(key, Hint{})
 	s.Events = m.events(s.Namespace, s.Pod, max)
 	return s
 }
@@ -147,19 +157,18 @@ func (m *Manager) events(ns, pod string, max int) []EventSummary {
 // List reports every server whose pod is in the cache, sorted by user and server.
 func (m *Manager) List() []*Server {
 	var out []*Server
+	seen := map[Key]bool{}
 	for _, pod := range m.watcher.Pods() {
-		user, ok := pod.Annotations[poll.AnnotationUser]
-		if !ok {
-			user = pod.Annotations[poll.AnnotationHubUsername]
-		}
-		server := pod.Annotations[poll.AnnotationServerName]
+		user, server, why := identityOf(pod)
 		key := Key{user, server}
-		m.mu.Lock()
-		if _, known := m.located[key]; !known {
-			m.located[key] = podRef{pod.Namespace, pod.Name}
+		if why != "" || seen[key] {
+			continue
 		}
-		m.mu.Unlock()
-		out = append(out, m.Server(key))
+		if ok, _ := m.owns(pod, key, Hint{}); !ok {
+			continue
+		}
+		seen[key] = true
+		out = append(out, m.Server(key, Hint{Pod: pod.Name, Namespace: pod.Namespace, UID: pod.UID}))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].User != out[j].User {

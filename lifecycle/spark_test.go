@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/serverid"
 	"github.com/dsmlp/spawner/sparkcluster"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -104,6 +105,19 @@ func (w *fakeWatcher) ExpectStop(string, string)                     {}
 func (w *fakeWatcher) ForgetStop(string, string)                     {}
 func (w *fakeWatcher) LastStop(string, string) (poll.StopInfo, bool) { return poll.StopInfo{}, false }
 func (w *fakeWatcher) Pods() []*corev1.Pod                           { return nil }
+
+// PodsOf finds the pods the tests set by their server-key label.
+func (w *fakeWatcher) PodsOf(key string) []*corev1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*corev1.Pod
+	for _, st := range w.status {
+		if st.Pod != nil && st.Pod.Labels[serverid.LabelKey] == key {
+			out = append(out, st.Pod)
+		}
+	}
+	return out
+}
 func runningPod(ns, name string, uid types.UID, ip string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid},
@@ -281,11 +295,11 @@ func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 	// The notebook runs, but the master is not reachable yet.
 	f.w.set("ns1", "jupyter-alice", poll.Status{State: poll.StateRunning, Pod: runningPod("ns1", "jupyter-alice", uid, "10.0.0.9")})
 	time.Sleep(50 * time.Millisecond)
-	if s := f.m.Server(key); s.Status != StatusPending {
+	if s := f.m.Server(key, Hint{}); s.Status != StatusPending {
 		t.Fatalf("status %s before the master is reachable, want pending", s.Status)
 	}
 	f.masterUp(t, "10.0.0.5")
-	eventually(t, "the server runs", func() bool { return f.m.Server(key).Status == StatusRunning })
+	eventually(t, "the server runs", func() bool { return f.m.Server(key, Hint{}).Status == StatusRunning })
 	var msgs []string
 	for _, e := range f.progress(key) {
 		msgs = append(msgs, e.Message)
@@ -297,7 +311,7 @@ func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 			t.Errorf("progress lacks %q:\n%s", want, all)
 		}
 	}
-	st := f.m.Server(key).Spark
+	st := f.m.Server(key, Hint{}).Spark
 	if st == nil || !st.MasterReady || st.Workers != 2 || len(st.Endpoints) != 1 || st.Endpoints[0] != "10.0.0.5:7077" || len(st.Pods) != 1 || st.Pods[0].Role != "master" {
 		t.Errorf("spark status %+v", st)
 	}
@@ -324,7 +338,7 @@ func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 		_ = f.client.CoreV1().Pods("ns1").Delete(context.Background(), "jupyter-alice", metav1.DeleteOptions{})
 		f.w.set("ns1", "jupyter-alice", poll.Status{State: poll.StateAbsent})
 	}()
-	gone, err := f.m.Stop(f.ctx, key, false, 10*time.Second)
+	gone, err := f.m.Stop(f.ctx, key, Hint{}, false, 10*time.Second)
 	if err != nil || !gone {
 		t.Fatalf("Stop = %v, %v; want gone", gone, err)
 	}
@@ -430,7 +444,7 @@ func TestSparkReconcile(t *testing.T) {
 	uid := f.notebookUID(t)
 	f.w.set("ns1", "jupyter-alice", poll.Status{State: poll.StateRunning, Pod: runningPod("ns1", "jupyter-alice", uid, "10.0.0.9")})
 	f.masterUp(t, "10.0.0.5")
-	eventually(t, "the server runs", func() bool { return f.m.Server(Key{User: "alice"}).Status == StatusRunning })
+	eventually(t, "the server runs", func() bool { return f.m.Server(Key{User: "alice"}, Hint{}).Status == StatusRunning })
 	evicted := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "spark-worker-abc-11111", Namespace: "ns1", Labels: sparkLabels(spawner.SparkWorkerComponent),
 			// The pod template's identity, which a replacement requires.
@@ -445,7 +459,7 @@ func TestSparkReconcile(t *testing.T) {
 		return err != nil
 	})
 	eventually(t, "the status shows the replacement", func() bool {
-		st := f.m.Server(Key{User: "alice"}).Spark
+		st := f.m.Server(Key{User: "alice"}, Hint{}).Spark
 		return st != nil && len(st.Replaced) == 1 && st.Replaced[0].Pod == evicted.Name && st.Replaced[0].Reason == "Evicted"
 	})
 	if f.writes("delete", "deployments") != 0 {

@@ -81,6 +81,9 @@ type Request struct {
 	// With remember_pvc_name it replaces pvc_name_template's expansion
 	// (and {pvc_name}), as KubeSpawner's load_state does.
 	SavedPVCName string
+	// StartTimeout, in seconds, is the hub's start_timeout for this spawn;
+	// 0 keeps the configuration's.
+	StartTimeout int
 }
 
 // Objects are what a spawn creates, in creation order.

@@ -27,6 +27,7 @@ import (
 
 	"github.com/dsmlp/spawner/hubapi"
 	"github.com/dsmlp/spawner/hubclient"
+	"github.com/dsmlp/spawner/leader"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/spawner"
@@ -126,7 +127,10 @@ func serve(args []string) error {
 	limits.register(fs)
 	var rf reservationFlags
 	rf.register(fs)
+	var sf stopFlags
+	sf.register(fs)
 	_ = fs.Parse(args)
+	uniqueIdentity(fs, &rf.identity)
 	if *configPath == "" {
 		return errors.New("serve needs --config")
 	}
@@ -183,15 +187,25 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	watchNS := base.Namespace
-	if base.EnableUserNamespaces {
-		watchNS = ""
+	// Exactly the namespaces the configuration can put pods in; all of
+	// them only with user namespaces.
+	watchNS, allNS := cfg.Namespaces()
+	if allNS {
+		watchNS = []string{""}
 	}
 	watcherOpts := poll.Options{
-		Namespace:         watchNS,
+		Namespaces:        watchNS,
 		LabelSelector:     "component=" + base.ComponentLabel,
 		DeleteStoppedPods: base.DeleteStoppedPods,
 		Logger:            log.Named("poll"),
+		Owns:              lifecycle.Ownership(cfg),
+		Elected:           sf.leaseName != "",
+	}
+	leaseOpts := sf.options(base.Namespace, rf.identity, log.Named("leader"))
+	if watcherOpts.Elected {
+		if err := leaseOpts.Check(); err != nil {
+			return err
+		}
 	}
 	if notifier != nil {
 		watcherOpts.Notifier = notifier
@@ -226,7 +240,8 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	ready := func() bool { return watcher.HasSynced() && manager.HasSynced() }
+	health := &apiHealth{stale: 10 * time.Second}
+	ready := func() bool { return watcher.HasSynced() && manager.HasSynced() && health.ok() }
 	apiOpts := hubapi.Options{
 		Servers: manager, Auth: auth, Profiles: cfg.Profiles,
 		Ready:    ready,
@@ -238,8 +253,12 @@ func serve(args []string) error {
 	}
 	api := hubapi.New(apiOpts)
 
-	watchErr := make(chan error, 3)
+	watchErr := make(chan error, 4)
+	go health.run(ctx, client, 2*time.Second)
 	go func() { watchErr <- watcher.Run(ctx) }()
+	if watcherOpts.Elected {
+		go func() { watchErr <- leader.Run(ctx, client, leaseOpts, watcher.SetLeading) }()
+	}
 	go func() { watchErr <- manager.Run(ctx) }()
 	if gpu != nil {
 		go func() { watchErr <- gpu.controller.Run(ctx) }()
@@ -248,7 +267,8 @@ func serve(args []string) error {
 	srv.Addr = *listen
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
-	log.Info("serving", zap.String("listen", *listen), zap.String("namespace", watchNS), zap.Bool("hub_notify", *hubAPI != ""))
+	log.Info("serving", zap.String("listen", *listen), zap.Strings("namespaces", watchNS), zap.Bool("hub_notify", *hubAPI != ""),
+		zap.String("identity", rf.identity), zap.String("stop_lease", sf.leaseName))
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:

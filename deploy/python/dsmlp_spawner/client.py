@@ -62,6 +62,15 @@ class AuthError(ServiceError):
         self.jupyterhub_message = WRONG_SECRET
 
 
+# The saved-state keys sent as a hint with poll and stop.
+HINT_KEYS = ("pod_name", "namespace", "pod_uid")
+
+
+def _hint_query(hint, sep):
+    pairs = {k: hint[k] for k in HINT_KEYS if isinstance((hint or {}).get(k), str) and hint[k]}
+    return sep + urlencode(pairs) if pairs else ""
+
+
 def server_path(user, server_name):
     """server_path is the API path of one server: ``server`` or ``servers/{name}``."""
     path = f"{API_PREFIX}/users/{quote(user, safe='')}/"
@@ -167,19 +176,21 @@ class Client:
         )
         return model or {}
 
-    async def status(self, user, server_name):
+    async def status(self, user, server_name, hint=None):
         """status returns the server model (status "absent" when spawnerd does not know the server).
 
+        ``hint`` is the hub's saved state (pod_name, namespace, pod_uid):
+        where spawnerd looks if the server's pod carries no identity label.
         A 404, or a 200 that is not a server model, is a MisroutedError: it
         does not come from spawnerd.
         """
-        path = server_path(user, server_name)
+        path = server_path(user, server_name) + _hint_query(hint, "?")
         _, model = await self._call("reading server status", "GET", path, user, (200,))
         if not isinstance((model or {}).get("status"), str):
             raise MisroutedError("reading server status", 200, "answer has no status", self._base + path)
         return model
 
-    async def delete(self, user, server_name, now, wait=None):
+    async def delete(self, user, server_name, now, wait=None, hint=None):
         """delete asks spawnerd to stop a server; it returns 204 (gone) or 202 (stopping).
 
         ``wait`` (seconds) caps how long spawnerd waits for the pod before
@@ -188,7 +199,7 @@ class Client:
         query = {"now": "true" if now else "false"}
         if wait is not None:
             query["wait"] = f"{wait:g}s"
-        path = server_path(user, server_name) + "?" + urlencode(query)
+        path = server_path(user, server_name) + "?" + urlencode(query) + _hint_query(hint, "&")
         code, _ = await self._call("stopping server", "DELETE", path, user, (202, 204))
         return code
 

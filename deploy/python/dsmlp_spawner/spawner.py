@@ -341,7 +341,7 @@ class RemoteKubeSpawner(Spawner):
         last_message = None
         while True:
             try:
-                model = await self._client.status(self.user.name, self.name)
+                model = await self._client.status(self.user.name, self.name, self._remote_state)
             except AuthError:
                 raise
             except (TransportError, ServiceError) as err:
@@ -367,7 +367,7 @@ class RemoteKubeSpawner(Spawner):
         # Best effort: the hub saves get_state() right after start() returns, and
         # the final model may name things (e.g. the PVC) the first one did not.
         try:
-            model = await self._client.status(self.user.name, self.name)
+            model = await self._client.status(self.user.name, self.name, self._remote_state)
         except (TransportError, ServiceError) as err:
             self.log.warning("spawnerd state refresh failed %s error=%s", self._who, err)
             return
@@ -387,7 +387,7 @@ class RemoteKubeSpawner(Spawner):
         if not self._requested and "pod_name" not in self._remote_state:
             return 0
         try:
-            model = await self._client.status(self.user.name, self.name)
+            model = await self._client.status(self.user.name, self.name, self._remote_state)
         except (SecretError, AuthError) as err:
             self.log.error("spawnerd poll refused %s error=%s", self._who, err)
             return None
@@ -425,7 +425,7 @@ class RemoteKubeSpawner(Spawner):
         misrouted = 0
         while True:
             try:
-                code = await self._client.delete(self.user.name, self.name, now, wait=self.stop_wait)
+                code = await self._client.delete(self.user.name, self.name, now, wait=self.stop_wait, hint=self._remote_state)
                 break
             except (SecretError, AuthError):
                 raise
@@ -466,7 +466,7 @@ class RemoteKubeSpawner(Spawner):
         loop = asyncio.get_running_loop()
         while True:
             try:
-                model = await self._client.status(self.user.name, self.name)
+                model = await self._client.status(self.user.name, self.name, self._remote_state)
                 if model is None or model.get("status") in (STOPPED, ABSENT):
                     return
             except AuthError:
@@ -534,7 +534,7 @@ class RemoteKubeSpawner(Spawner):
         url = self._url
         if url is None:
             try:
-                model = await self._client.status(self.user.name, self.name)
+                model = await self._client.status(self.user.name, self.name, self._remote_state)
             except (SecretError, TransportError, ServiceError) as err:
                 self.log.warning("spawnerd url lookup failed %s error=%s", self._who, err)
                 model = None

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dsmlp/spawner/leader"
+)
+
+// stopFlags name the Lease whose holder runs the stop reaction, and the
+// timing of every Lease spawnerd holds.
+type stopFlags struct {
+	leaseName, leaseNamespace          string
+	duration, renewDeadline, retryWait time.Duration
+}
+
+func (f *stopFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.leaseName, "stop-lease-name", "spawnerd-stops", "Lease whose holder deletes stopped pods and tells the hub (empty: no election, for a single replica)")
+	fs.StringVar(&f.leaseNamespace, "stop-lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the stop Lease (default $POD_NAMESPACE, else the notebook namespace)")
+	fs.DurationVar(&f.duration, "lease-duration", 15*time.Second, "how long a Lease holds without renewal: the longest takeover after a replica dies")
+	fs.DurationVar(&f.renewDeadline, "lease-renew-deadline", 10*time.Second, "how long the holder retries renewing before it stops acting")
+	fs.DurationVar(&f.retryWait, "lease-retry-period", 2*time.Second, "time between tries to take or renew a Lease")
+}
+
+func (f *stopFlags) options(namespace, identity string, log *zap.Logger) leader.Options {
+	if f.leaseNamespace != "" {
+		namespace = f.leaseNamespace
+	}
+	return leader.Options{Namespace: namespace, Name: f.leaseName, Identity: identity,
+		LeaseDuration: f.duration, RenewDeadline: f.renewDeadline, RetryPeriod: f.retryWait, Logger: log}
+}
+
+// uniqueIdentity gives *identity a random suffix unless --identity was
+// set: two processes on one host (or two containers with one host name)
+// would otherwise both think they hold a Lease.
+func uniqueIdentity(fs *flag.FlagSet, identity *string) {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "identity" })
+	if set {
+		return
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	*identity += "_" + hex.EncodeToString(b)
+}
+
+// apiHealth remembers when the API server last answered, for readiness: a
+// replica cut off from it cannot serve from a cache it cannot trust.
+type apiHealth struct {
+	last atomic.Int64 // unix nanoseconds of the last good answer
+	// stale is how old the last answer may be for the replica to be ready.
+	stale time.Duration
+}
+
+func (h *apiHealth) run(ctx context.Context, client kubernetes.Interface, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, every)
+		err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(cctx).Error()
+		cancel()
+		if err == nil {
+			h.last.Store(time.Now().UnixNano())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (h *apiHealth) ok() bool {
+	return time.Since(time.Unix(0, h.last.Load())) < h.stale
+}
