@@ -325,6 +325,9 @@ func TestChartRender(t *testing.T) {
 				if !named("get") || !named("update") || !grants(role.Rules, "secrets", "create") || grants(role.Rules, "secrets", "list") || grants(role.Rules, "secrets", "delete") {
 					t.Errorf("role rules %+v: want get and update of the named Secret, create, and nothing else of secrets", role.Rules)
 				}
+				if m.find("ValidatingAdmissionPolicy", ns+"-"+release+"-secret-writes") == nil || m.find("ValidatingAdmissionPolicyBinding", ns+"-"+release+"-secret-writes") == nil {
+					t.Errorf("no policy narrowing the service account's Secret writes among %v", m.ids())
+				}
 				if m.find("Secret", release+"-webhook-cert") != nil {
 					t.Errorf("the chart renders the certificate Secret: spawnerd makes it, and an upgrade would replace it")
 				}
@@ -348,6 +351,9 @@ func TestChartRender(t *testing.T) {
 				if !slices.ContainsFunc(dep.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "webhook-tls" }) ||
 					!slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == "/etc/spawnerd/webhook" }) {
 					t.Errorf("the existing Secret is not mounted at /etc/spawnerd/webhook")
+				}
+				if m.find("ValidatingAdmissionPolicy", ns+"-"+release+"-secret-writes") != nil {
+					t.Errorf("a Secret write policy although spawnerd writes no Secret")
 				}
 				if grants(get[rbacv1.Role](t, m, "Role", release+"-gpu").Rules, "secrets", "create") {
 					t.Errorf("secrets create granted although spawnerd keeps no Secret")

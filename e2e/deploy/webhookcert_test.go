@@ -68,6 +68,28 @@ func TestCertSecretRaceOnAPIServer(t *testing.T) {
 			t.Errorf("replica %d serves another certificate or CA than the Secret's", i)
 		}
 	}
+	// The service account may create Secrets (RBAC cannot name a create's
+	// object), but the chart's policy refuses any other than this one, as
+	// TLS: no service-account token is minted.
+	for _, bad := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "hub-token", Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+			Type: corev1.SecretTypeServiceAccountToken},
+	} {
+		// The policy reaches the API server's admission a moment after it is applied.
+		err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(ctx context.Context) (bool, error) {
+			_, err := client.CoreV1().Secrets(ns).Create(ctx, bad, metav1.CreateOptions{})
+			if err == nil {
+				_ = env.Client.CoreV1().Secrets(ns).Delete(ctx, bad.Name, metav1.DeleteOptions{})
+				return false, nil
+			}
+			return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
+		})
+		if err != nil {
+			t.Errorf("the service account could create Secret %s of type %s: %v", bad.Name, bad.Type, err)
+		}
+	}
 	// A restarted replica takes the Secret as it is: no write.
 	rv := s.ResourceVersion
 	again, _ := admission.NewCertSecret(client, admission.CertSecretOptions{Namespace: ns, Name: release + "-webhook-cert", Hosts: []string{"spawnerd." + ns + ".svc"}})
