@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -69,30 +71,57 @@ func SelfSigned(hosts []string, now time.Time) (tls.Certificate, []byte, error) 
 // create it after spawnerd starts) or ctx ends.
 func InjectCABundle(ctx context.Context, client kubernetes.Interface, name string, caPEM []byte, log *zap.Logger) error {
 	return wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
-		api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-		cfg, err := api.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		_, err := EnsureCABundle(ctx, client, name, caPEM, log)
+		if errors.Is(err, ErrNoWebhookConfig) {
 			log.Info("webhook configuration not there yet", zap.String("name", name))
 			return false, nil
 		}
 		if err != nil {
-			log.Warn("reading webhook configuration failed", zap.String("name", name), zap.Error(err))
+			log.Warn("webhook CA bundle not written yet; retrying", zap.String("name", name), zap.Error(err))
 			return false, nil
 		}
-		var ops []map[string]any
-		for i := range cfg.Webhooks {
-			ops = append(ops, map[string]any{"op": "add", "path": fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), "value": caPEM})
-		}
-		if len(ops) == 0 {
-			return true, nil
-		}
-		ops = append([]map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": cfg.ResourceVersion}}, ops...)
-		body, _ := json.Marshal(ops)
-		if _, err := api.Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}); err != nil {
-			log.Warn("writing the webhook CA bundle failed; retrying", zap.String("name", name), zap.Error(err))
-			return false, nil
-		}
-		log.Info("webhook CA bundle written", zap.String("name", name), zap.Int("webhooks", len(cfg.Webhooks)))
 		return true, nil
 	})
+}
+
+// ErrNoWebhookConfig is EnsureCABundle's error when the configuration does
+// not exist (yet).
+var ErrNoWebhookConfig = errors.New("webhook configuration not found")
+
+// EnsureCABundle makes every webhook of the named
+// MutatingWebhookConfiguration trust caPEM, once. It writes only when a
+// caBundle differs, so replicas that all check the same CA do not write in
+// turn; the write is a JSON patch conditional on the resourceVersion read.
+// written says whether it patched.
+func EnsureCABundle(ctx context.Context, client kubernetes.Interface, name string, caPEM []byte, log *zap.Logger) (written bool, err error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	cfg, err := api.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("%w: %s", ErrNoWebhookConfig, name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading webhook configuration %s: %w", name, err)
+	}
+	var ops []map[string]any
+	for i, w := range cfg.Webhooks {
+		if !bytes.Equal(w.ClientConfig.CABundle, caPEM) {
+			ops = append(ops, map[string]any{"op": "add", "path": fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), "value": caPEM})
+		}
+	}
+	if len(ops) == 0 {
+		return false, nil
+	}
+	ops = append([]map[string]any{{"op": "test", "path": "/metadata/resourceVersion", "value": cfg.ResourceVersion}}, ops...)
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return false, fmt.Errorf("encoding the caBundle patch: %w", err)
+	}
+	if _, err := api.Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}); err != nil {
+		return false, fmt.Errorf("writing the caBundle of %s: %w", name, err)
+	}
+	log.Info("webhook CA bundle written", zap.String("name", name), zap.Int("webhooks", len(ops)-1))
+	return true, nil
 }

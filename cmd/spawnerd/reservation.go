@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,8 @@ type reservationFlags struct {
 	webhookListen                   string
 	webhookCert, webhookKey         string
 	webhookHosts, webhookConfigName string
+	webhookCertSecret               string
+	webhookCertResync               time.Duration
 	// limits are the API server's, set by serve after parsing.
 	limits serverLimits
 }
@@ -48,10 +51,12 @@ func (f *reservationFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.tick, "reservation-tick", 10*time.Second, "longest time between reservation decision cycles (bookings open, guarantees end on it)")
 	fs.Float64Var(&f.qps, "reservation-qps", 100, "API client QPS of the reservation controller (burst 2x)")
 	fs.StringVar(&f.webhookListen, "webhook-listen", "", "HTTPS address of the GPU admission webhook, e.g. :8443 (empty: no webhook)")
-	fs.StringVar(&f.webhookCert, "webhook-cert-file", "", "webhook serving certificate (PEM); empty: a self-signed one")
+	fs.StringVar(&f.webhookCert, "webhook-cert-file", "", "webhook serving certificate (PEM), e.g. a mounted cert-manager Secret; empty: --webhook-cert-secret, else a self-signed one")
 	fs.StringVar(&f.webhookKey, "webhook-key-file", "", "webhook serving key (PEM)")
-	fs.StringVar(&f.webhookHosts, "webhook-hosts", "localhost,127.0.0.1", "names in the self-signed webhook certificate (the Service DNS names)")
-	fs.StringVar(&f.webhookConfigName, "webhook-config-name", "", "MutatingWebhookConfiguration whose caBundle spawnerd fills with its self-signed certificate")
+	fs.StringVar(&f.webhookCertSecret, "webhook-cert-secret", "", "Secret in --namespace holding the webhook's CA and serving certificate, shared by every replica: the first creates it, all serve it and write its CA into the webhook configuration")
+	fs.DurationVar(&f.webhookCertResync, "webhook-cert-resync", 30*time.Second, "how often the --webhook-cert-secret Secret and the webhook configuration's caBundle are checked")
+	fs.StringVar(&f.webhookHosts, "webhook-hosts", "localhost,127.0.0.1", "names in the webhook certificate spawnerd makes (the Service DNS names)")
+	fs.StringVar(&f.webhookConfigName, "webhook-config-name", "", "MutatingWebhookConfiguration whose caBundle spawnerd fills with the CA of the certificate it makes")
 }
 
 // gpuParts are the running reservation pieces.
@@ -109,22 +114,40 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	if f.webhookListen == "" {
 		return parts, nil
 	}
-	var cert tls.Certificate
-	var certFiles *admission.CertFiles // reloaded when the files change
-	if f.webhookCert != "" {
-		if certFiles, err = admission.LoadCertFiles(f.webhookCert, f.webhookKey, log.Named("admission")); err != nil {
-			return nil, err
-		}
-		go certFiles.Watch(ctx, 30*time.Second)
-	} else {
-		var caPEM []byte
-		cert, caPEM, err = admission.SelfSigned(strings.Split(f.webhookHosts, ","), time.Now())
+	if f.webhookCert != "" && f.webhookCertSecret != "" {
+		return nil, errors.New("--webhook-cert-file and --webhook-cert-secret exclude each other")
+	}
+	if f.webhookCertResync <= 0 {
+		return nil, fmt.Errorf("--webhook-cert-resync must be positive, got %s", f.webhookCertResync)
+	}
+	wlog := log.Named("admission")
+	var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	switch {
+	case f.webhookCert != "":
+		// Kept by someone else (cert-manager), reloaded when the files change;
+		// the caBundle is theirs to write too.
+		certFiles, err := admission.LoadCertFiles(f.webhookCert, f.webhookKey, wlog)
 		if err != nil {
 			return nil, err
 		}
+		go certFiles.Watch(ctx, f.webhookCertResync)
+		getCert = certFiles.GetCertificate
+	case f.webhookCertSecret != "":
+		if getCert, err = f.startCertSecret(ctx, client, ns, wlog); err != nil {
+			return nil, err
+		}
+	default:
+		cert, caPEM, err := admission.SelfSigned(strings.Split(f.webhookHosts, ","), time.Now())
+		if err != nil {
+			return nil, err
+		}
+		getCert = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
 		if f.webhookConfigName != "" {
+			// Every process has a certificate of its own: with more than one
+			// replica they overwrite each other's caBundle.
+			wlog.Warn("the webhook certificate is this process's own; run one replica, or share one with --webhook-cert-secret")
 			go func() {
-				if err := admission.InjectCABundle(ctx, client, f.webhookConfigName, caPEM, log.Named("admission")); err != nil && ctx.Err() == nil {
+				if err := admission.InjectCABundle(ctx, client, f.webhookConfigName, caPEM, wlog); err != nil && ctx.Err() == nil {
 					log.Error("webhook CA bundle not written", zap.Error(err))
 				}
 			}()
@@ -139,10 +162,7 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	}
 	parts.webhook = &http.Server{Handler: mux, ReadHeaderTimeout: f.limits.readHeader, ReadTimeout: f.limits.read,
 		WriteTimeout: f.limits.write, IdleTimeout: f.limits.idle, MaxHeaderBytes: f.limits.maxHeaderBytes,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
-	if certFiles != nil {
-		parts.webhook.TLSConfig.Certificates, parts.webhook.TLSConfig.GetCertificate = nil, certFiles.GetCertificate
-	}
+		TLSConfig: &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12}}
 	go func() {
 		if err := parts.webhook.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("webhook server", zap.Error(err))
@@ -150,4 +170,45 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	}()
 	log.Info("GPU admission webhook serving", zap.String("listen", ln.Addr().String()))
 	return parts, nil
+}
+
+// startCertSecret loads the shared certificate Secret (creating it when this
+// is the first replica), keeps following it, and keeps the webhook
+// configuration's caBundle on its CA.
+func (f *reservationFlags) startCertSecret(ctx context.Context, client kubernetes.Interface, ns string, log *zap.Logger) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	cs, err := admission.NewCertSecret(client, admission.CertSecretOptions{
+		Namespace: ns, Name: f.webhookCertSecret, Hosts: strings.Split(f.webhookHosts, ","), Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The API server may still be coming up with the pod: a few tries
+	// before giving up, rather than a restart loop.
+	var lastErr error
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, lastErr = cs.Sync(ctx)
+		return lastErr == nil, nil
+	}); err != nil {
+		return nil, fmt.Errorf("webhook certificate Secret %s/%s: %w", ns, f.webhookCertSecret, errors.Join(lastErr, err))
+	}
+	ensureCA := func(ctx context.Context, _ bool) {
+		if f.webhookConfigName == "" {
+			return
+		}
+		// Checked every round, not only when the CA changed: the
+		// configuration may be created or replaced after this replica started.
+		_, err := admission.EnsureCABundle(ctx, client, f.webhookConfigName, cs.CABundle(), log)
+		switch {
+		case errors.Is(err, admission.ErrNoWebhookConfig):
+			log.Info("webhook configuration not there yet", zap.String("name", f.webhookConfigName))
+		case err != nil && ctx.Err() == nil:
+			log.Warn("webhook CA bundle not written; retrying", zap.String("name", f.webhookConfigName), zap.Error(err))
+		}
+	}
+	go func() {
+		ensureCA(ctx, true)
+		cs.Watch(ctx, f.webhookCertResync, ensureCA)
+	}()
+	log.Info("webhook certificate from its shared Secret", zap.String("secret", f.webhookCertSecret), zap.String("namespace", ns))
+	return cs.GetCertificate, nil
 }

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/dsmlp/spawner/spawner"
@@ -46,7 +48,7 @@ func TestManifestsMatchChart(t *testing.T) {
 	// The committed file must be the operator's whole install but the Secret.
 	m := decode(t, got)
 	wantIDs := []string{
-		"NetworkPolicy/jhub/spawnerd",
+		"NetworkPolicy/jhub/spawnerd", "PodDisruptionBudget/jhub/spawnerd",
 		"ServiceAccount/jhub/spawnerd", "ConfigMap/jhub/spawnerd",
 		"Role/jhub/spawnerd", "Role/jhub/spawnerd-leader-election",
 		"RoleBinding/jhub/spawnerd", "RoleBinding/jhub/spawnerd-leader-election",
@@ -93,11 +95,43 @@ func TestChartRender(t *testing.T) {
 			name: "defaults",
 			check: func(t *testing.T, m manifest) {
 				dep := get[appsv1.Deployment](t, m, "Deployment", release)
-				if *dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-					t.Errorf("replicas %d, strategy %q; want 1, Recreate", *dep.Spec.Replicas, dep.Spec.Strategy.Type)
+				if *dep.Spec.Replicas != 3 || dep.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+					t.Errorf("replicas %d, strategy %q; want 3, RollingUpdate", *dep.Spec.Replicas, dep.Spec.Strategy.Type)
+				}
+				// A rollout never drops below the replica count.
+				if ru := dep.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge.IntValue() != 1 {
+					t.Errorf("rolling update %+v: want maxSurge 1, maxUnavailable 0", ru)
+				}
+				pdb := get[policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", release)
+				if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil ||
+					!reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, dep.Spec.Selector.MatchLabels) {
+					t.Errorf("pod disruption budget %+v: want maxUnavailable 1 over the Deployment's pods", pdb.Spec)
 				}
 				pod := dep.Spec.Template.Spec
 				c := pod.Containers[0]
+				anti := pod.Affinity.PodAntiAffinity
+				if anti == nil || len(anti.PreferredDuringSchedulingIgnoredDuringExecution) != 1 || len(anti.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+					t.Errorf("anti-affinity %+v: want one preferred term", anti)
+				} else if term := anti.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm; term.TopologyKey != "kubernetes.io/hostname" ||
+					!reflect.DeepEqual(term.LabelSelector.MatchLabels, dep.Spec.Selector.MatchLabels) {
+					t.Errorf("anti-affinity term %+v: want the Deployment's pods, across nodes", term)
+				}
+				if len(c.Env) != 1 || c.Env[0].Name != "POD_NAMESPACE" || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+					t.Errorf("env %+v: want POD_NAMESPACE from the downward API", c.Env)
+				}
+				for _, a := range c.Args {
+					if strings.HasPrefix(a, "--webhook") {
+						t.Errorf("arg %q without reservation.enabled", a)
+					}
+				}
+				leases := get[rbacv1.Role](t, m, "Role", release+"-leader-election")
+				if !slices.ContainsFunc(leases.Rules, func(r rbacv1.PolicyRule) bool {
+					return slices.Contains(r.APIGroups, "coordination.k8s.io") && slices.Contains(r.Resources, "leases") &&
+						len(r.ResourceNames) == 0 && !slices.Contains(r.Verbs, "delete") &&
+						!slices.ContainsFunc([]string{"get", "list", "watch", "create", "update"}, func(v string) bool { return !slices.Contains(r.Verbs, v) })
+				}) || leases.Namespace != ns {
+					t.Errorf("lease role %s/%s rules %+v: want get, list, watch, create, update (no delete) in %s", leases.Namespace, leases.Name, leases.Rules, ns)
+				}
 				if pod.ServiceAccountName != release {
 					t.Errorf("service account %q", pod.ServiceAccountName)
 				}
@@ -231,6 +265,114 @@ func TestChartRender(t *testing.T) {
 					t.Errorf("proxy token %q", s.Data["proxy-token"])
 				}
 			},
+		},
+		{
+			name:  "one replica",
+			flags: []string{"--set", "replicaCount=1", "--set", "podAntiAffinity.type="},
+			check: func(t *testing.T, m manifest) {
+				if m.find("PodDisruptionBudget", release) != nil {
+					t.Errorf("a PodDisruptionBudget for one replica would block every drain")
+				}
+				if dep := get[appsv1.Deployment](t, m, "Deployment", release); dep.Spec.Template.Spec.Affinity != nil {
+					t.Errorf("affinity %+v with podAntiAffinity.type empty", dep.Spec.Template.Spec.Affinity)
+				}
+			},
+		},
+		{
+			name:  "budget by minAvailable, required anti-affinity",
+			flags: []string{"--set", "podDisruptionBudget.minAvailable=2", "--set", "podAntiAffinity.type=required"},
+			check: func(t *testing.T, m manifest) {
+				pdb := get[policyv1.PodDisruptionBudget](t, m, "PodDisruptionBudget", release)
+				if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 || pdb.Spec.MaxUnavailable != nil {
+					t.Errorf("pod disruption budget %+v: want minAvailable 2 alone", pdb.Spec)
+				}
+				anti := get[appsv1.Deployment](t, m, "Deployment", release).Spec.Template.Spec.Affinity.PodAntiAffinity
+				if len(anti.RequiredDuringSchedulingIgnoredDuringExecution) != 1 || len(anti.PreferredDuringSchedulingIgnoredDuringExecution) != 0 {
+					t.Errorf("anti-affinity %+v: want one required term", anti)
+				}
+			},
+		},
+		{
+			name:  "own affinity",
+			flags: []string{"--set-json", `affinity={"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"topologyKey":"zone","labelSelector":{"matchLabels":{"x":"y"}}}]}}`},
+			check: func(t *testing.T, m manifest) {
+				anti := get[appsv1.Deployment](t, m, "Deployment", release).Spec.Template.Spec.Affinity.PodAntiAffinity
+				if len(anti.RequiredDuringSchedulingIgnoredDuringExecution) != 1 || anti.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "zone" ||
+					len(anti.PreferredDuringSchedulingIgnoredDuringExecution) != 0 {
+					t.Errorf("anti-affinity %+v: want the values' own, alone", anti)
+				}
+			},
+		},
+		{
+			name:  "webhook certificate in a shared Secret",
+			flags: []string{"--set", "reservation.enabled=true"},
+			check: func(t *testing.T, m manifest) {
+				c := get[appsv1.Deployment](t, m, "Deployment", release).Spec.Template.Spec.Containers[0]
+				for _, want := range []string{"--webhook-cert-secret=" + release + "-webhook-cert", "--webhook-config-name=" + release + "-gpu", "--webhook-cert-resync=30s"} {
+					if !slices.Contains(c.Args, want) {
+						t.Errorf("args %q lack %q", c.Args, want)
+					}
+				}
+				if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--webhook-cert-file") }) {
+					t.Errorf("args %q: a certificate file beside the shared Secret", c.Args)
+				}
+				role := get[rbacv1.Role](t, m, "Role", release+"-gpu")
+				named := func(verb string) bool {
+					return slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+						return slices.Contains(r.Resources, "secrets") && slices.Contains(r.Verbs, verb) && slices.Equal(r.ResourceNames, []string{release + "-webhook-cert"})
+					})
+				}
+				if !named("get") || !named("update") || !grants(role.Rules, "secrets", "create") || grants(role.Rules, "secrets", "list") || grants(role.Rules, "secrets", "delete") {
+					t.Errorf("role rules %+v: want get and update of the named Secret, create, and nothing else of secrets", role.Rules)
+				}
+				if m.find("ValidatingAdmissionPolicy", ns+"-"+release+"-secret-writes") == nil || m.find("ValidatingAdmissionPolicyBinding", ns+"-"+release+"-secret-writes") == nil {
+					t.Errorf("no policy narrowing the service account's Secret writes among %v", m.ids())
+				}
+				if m.find("Secret", release+"-webhook-cert") != nil {
+					t.Errorf("the chart renders the certificate Secret: spawnerd makes it, and an upgrade would replace it")
+				}
+			},
+		},
+		{
+			name: "webhook certificate from an existing Secret",
+			flags: []string{"--set", "reservation.enabled=true", "--set", "webhook.existingCertSecret=webhook-tls", "--set", "webhook.caBundle=PEM",
+				"--set", "webhook.annotations.cert-manager\\.io/inject-ca-from=hub-ns/webhook"},
+			check: func(t *testing.T, m manifest) {
+				dep := get[appsv1.Deployment](t, m, "Deployment", release)
+				c := dep.Spec.Template.Spec.Containers[0]
+				for _, want := range []string{"--webhook-cert-file=/etc/spawnerd/webhook/tls.crt", "--webhook-key-file=/etc/spawnerd/webhook/tls.key"} {
+					if !slices.Contains(c.Args, want) {
+						t.Errorf("args %q lack %q", c.Args, want)
+					}
+				}
+				if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--webhook-cert-secret") }) {
+					t.Errorf("args %q: the shared Secret beside the mounted one", c.Args)
+				}
+				if !slices.ContainsFunc(dep.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "webhook-tls" }) ||
+					!slices.ContainsFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == "/etc/spawnerd/webhook" }) {
+					t.Errorf("the existing Secret is not mounted at /etc/spawnerd/webhook")
+				}
+				if m.find("ValidatingAdmissionPolicy", ns+"-"+release+"-secret-writes") != nil {
+					t.Errorf("a Secret write policy although spawnerd writes no Secret")
+				}
+				if grants(get[rbacv1.Role](t, m, "Role", release+"-gpu").Rules, "secrets", "create") {
+					t.Errorf("secrets create granted although spawnerd keeps no Secret")
+				}
+				whc := get[admissionregv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", release+"-gpu")
+				if string(whc.Webhooks[0].ClientConfig.CABundle) != "PEM" || whc.Annotations["cert-manager.io/inject-ca-from"] != "hub-ns/webhook" {
+					t.Errorf("webhook configuration caBundle %q, annotations %v", whc.Webhooks[0].ClientConfig.CABundle, whc.Annotations)
+				}
+			},
+		},
+		{
+			name:    "budget by both",
+			flags:   []string{"--set", "podDisruptionBudget.minAvailable=1", "--set", "podDisruptionBudget.maxUnavailable=1"},
+			wantErr: "set minAvailable or maxUnavailable, not both",
+		},
+		{
+			name:    "unknown anti-affinity",
+			flags:   []string{"--set", "podAntiAffinity.type=sometimes"},
+			wantErr: "podAntiAffinity.type",
 		},
 		{
 			name:    "proxy without its token",

@@ -34,8 +34,12 @@ func (a access) String() string {
 // canI asks the API server whether the chart's service account in ns may do a.
 func canI(t *testing.T, ns string, a access) bool {
 	t.Helper()
-	// "pods/exec" would read as the pod named exec: subresources need their flag.
+	// "pods/exec" would read as the pod named exec: subresources need their
+	// flag. One object is "secrets:NAME".
 	resource, sub, _ := strings.Cut(a.resource, "/")
+	if r, name, ok := strings.Cut(resource, ":"); ok {
+		resource = r + "/" + name
+	}
 	args := []string{"auth", "can-i", a.verb, resource, "--subresource", sub, "--as", "system:serviceaccount:" + ns + ":" + release}
 	switch a.ns {
 	case "":
@@ -119,6 +123,8 @@ func TestLeastPrivilege(t *testing.T) {
 	leases := func(ns string) []access {
 		return []access{
 			{"get", "leases.coordination.k8s.io", ns, true},
+			{"list", "leases.coordination.k8s.io", ns, true},
+			{"watch", "leases.coordination.k8s.io", ns, true},
 			{"create", "leases.coordination.k8s.io", ns, true},
 			{"update", "leases.coordination.k8s.io", ns, true},
 		}

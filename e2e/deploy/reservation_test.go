@@ -59,6 +59,17 @@ func TestReservationChart(t *testing.T) {
 		{"patch", "gpureservations.reservations.dsmlp.io", "", true},
 		{"delete", "gpureservations.reservations.dsmlp.io", "", false},
 		{"update", "leases.coordination.k8s.io", ns, true},
+		{"watch", "leases.coordination.k8s.io", ns, true},
+		// The webhook certificate Secret, by name; any Secret may be
+		// created (RBAC cannot name a create's object), none listed or read.
+		{"get", "secrets:" + release + "-webhook-cert", ns, true},
+		{"update", "secrets:" + release + "-webhook-cert", ns, true},
+		{"create", "secrets", ns, true},
+		{"get", "secrets:" + release, ns, false},
+		{"list", "secrets", ns, false},
+		{"watch", "secrets", ns, false},
+		{"delete", "secrets:" + release + "-webhook-cert", ns, false},
+		{"get", "secrets:" + release + "-webhook-cert", other, false},
 		{"update", "leases.coordination.k8s.io", other, false},
 		{"create", "pods", other, false},
 		{"update", "nodes", "", false},

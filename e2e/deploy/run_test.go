@@ -123,6 +123,13 @@ type chartSpawnerd struct {
 
 func startFromChart(t *testing.T, ns string, m manifest) *chartSpawnerd {
 	t.Helper()
+	return startFromChartWith(t, ns, m, nil)
+}
+
+// startFromChartWith is startFromChart with some flags' values replaced
+// (flag name with its dashes → value), e.g. a listen address of this machine.
+func startFromChartWith(t *testing.T, ns string, m manifest, override map[string]string) *chartSpawnerd {
+	t.Helper()
 	dep := get[appsv1.Deployment](t, m, "Deployment", release)
 	pod := dep.Spec.Template.Spec
 	c := pod.Containers[0]
@@ -171,6 +178,8 @@ func startFromChart(t *testing.T, ns string, m manifest) *chartSpawnerd {
 		switch {
 		case ok && flag == "--listen":
 			a = fmt.Sprintf("--listen=127.0.0.1:%d", port)
+		case ok && override[flag] != "":
+			a = flag + "=" + override[flag]
 		case ok:
 			for mount, local := range moved {
 				if strings.HasPrefix(value, mount+"/") {
@@ -183,7 +192,19 @@ func startFromChart(t *testing.T, ns string, m manifest) *chartSpawnerd {
 	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, ns, pod.ServiceAccountName, dir))
 
 	d := &chartSpawnerd{url: fmt.Sprintf("http://127.0.0.1:%d", port), secret: secret}
-	d.proc = harness.StartProcess(t, "spawnerd", nil, spawnerd, args...)
+	// The downward API's values, as the kubelet would set them.
+	var procEnv []string
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			procEnv = append(procEnv, e.Name+"="+e.Value)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			procEnv = append(procEnv, e.Name+"="+ns)
+		default:
+			t.Fatalf("env %s: only values and the pod's namespace are expected", e.Name)
+		}
+	}
+	d.proc = harness.StartProcess(t, "spawnerd", procEnv, spawnerd, args...)
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, harness.Timeout, true, func(context.Context) (bool, error) {
 		if d.proc.Exited() {
 			return false, fmt.Errorf("spawnerd exited:\n%s", d.proc.Log())

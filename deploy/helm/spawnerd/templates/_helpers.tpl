@@ -100,3 +100,10 @@ value given, else the one already in the cluster, else a new random one.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* spawnerd.webhookCertSecret is the Secret spawnerd keeps the webhook certificate in ("" with an existing one). */}}
+{{- define "spawnerd.webhookCertSecret" -}}
+{{- if not .Values.webhook.existingCertSecret }}
+{{- default (printf "%s-webhook-cert" (include "spawnerd.fullname" .)) .Values.webhook.certSecret }}
+{{- end }}
+{{- end }}
