@@ -638,7 +638,12 @@ func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait t
 		if err := m.spark.Remove(ctx, sparkNotebook(key, ref, "")); err != nil {
 			return false, err
 		}
-		log.Info("stop: no pod of this server")
+		if st := m.watcher.Status(ref.namespace, ref.name); st.Pod != nil {
+			_, why := m.owns(st.Pod, key, hint)
+			log.Warn("stop: the pod at this server's name is not its own; left alone", zap.String("why", why))
+		} else {
+			log.Info("stop: no pod of this server")
+		}
 		return true, nil
 	}
 	m.watcher.ExpectStop(ref.namespace, ref.name)

@@ -118,9 +118,15 @@ func (w *fakeWatcher) PodsOf(key string) []*corev1.Pod {
 	}
 	return out
 }
+
+// runningPod is the cached pod of the default server of the user its name
+// (jupyter-<user>) names, with that server's identity, as spawnerd makes it.
 func runningPod(ns, name string, uid types.UID, ip string) *corev1.Pod {
+	user := strings.TrimPrefix(name, "jupyter-")
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid,
+			Labels:      map[string]string{serverid.LabelKey: serverid.Key(user, "")},
+			Annotations: map[string]string{serverid.AnnotationUser: user, serverid.AnnotationServer: ""}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Ports: []corev1.ContainerPort{{Name: "notebook-port", ContainerPort: 8888}}}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 	}

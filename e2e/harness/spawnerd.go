@@ -24,7 +24,10 @@ type Spawnerd struct {
 	*Process
 	URL    string
 	Secret []byte
-	bin    string
+	// ConfigPath is the configuration file; a test may rewrite it before
+	// Restart.
+	ConfigPath string
+	bin        string
 	args   []string
 	env    []string
 	t      testing.TB
@@ -55,9 +58,25 @@ func (e *Env) StartSpawnerd(t testing.TB, bin string, opts SpawnerdOptions) *Spa
 	port := FreePort(t)
 	args := append([]string{"serve", "--config", cfgPath, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--kubeconfig", e.Cluster.Kubeconfig(), "--shared-secret-file", secretPath}, opts.Args...)
-	s := &Spawnerd{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Secret: secret, bin: bin, args: args, env: opts.Env, t: t}
+	s := &Spawnerd{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Secret: secret, ConfigPath: cfgPath, bin: bin, args: args, env: opts.Env, t: t}
 	s.start(t)
 	return s
+}
+
+// Replica starts another spawnerd with s's configuration, secret and
+// flags on its own port: a second replica of the same deployment.
+func (s *Spawnerd) Replica(t testing.TB) *Spawnerd {
+	t.Helper()
+	port := FreePort(t)
+	args := append([]string(nil), s.args...)
+	for i := range args {
+		if args[i] == "--listen" && i+1 < len(args) {
+			args[i+1] = fmt.Sprintf("127.0.0.1:%d", port)
+		}
+	}
+	r := &Spawnerd{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Secret: s.Secret, ConfigPath: s.ConfigPath, bin: s.bin, args: args, env: s.env, t: t}
+	r.start(t)
+	return r
 }
 
 func (s *Spawnerd) start(t testing.TB) {
