@@ -127,8 +127,8 @@ func runningPod(ns, name string, uid types.UID, ip string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: uid,
 			Labels:      map[string]string{serverid.LabelKey: serverid.Key(user, "")},
 			Annotations: map[string]string{serverid.AnnotationUser: user, serverid.AnnotationServer: ""}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Ports: []corev1.ContainerPort{{Name: "notebook-port", ContainerPort: 8888}}}}},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "notebook", Ports: []corev1.ContainerPort{{Name: "notebook-port", ContainerPort: 8888}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 	}
 }
 

@@ -28,9 +28,9 @@ type Spawnerd struct {
 	// Restart.
 	ConfigPath string
 	bin        string
-	args   []string
-	env    []string
-	t      testing.TB
+	args       []string
+	env        []string
+	t          testing.TB
 }
 
 // SpawnerdOptions are the flags a test passes to spawnerd serve.
