@@ -30,6 +30,8 @@ type fakeServers struct {
 	// forever records DeleteForever calls; foreverErr is their answer.
 	forever    []foreverCall
 	foreverErr error
+	// hints are the saved-state hints poll and stop were given.
+	hints []lifecycle.Hint
 }
 
 func (f *fakeServers) Start(_ context.Context, req spawner.Request) (*lifecycle.Server, error) {
@@ -39,14 +41,16 @@ func (f *fakeServers) Start(_ context.Context, req spawner.Request) (*lifecycle.
 	f.started = append(f.started, req)
 	return &lifecycle.Server{User: req.User, Server: req.Server, Status: lifecycle.StatusPending}, nil
 }
-func (f *fakeServers) Server(k lifecycle.Key, _ lifecycle.Hint) *lifecycle.Server {
+func (f *fakeServers) Server(k lifecycle.Key, h lifecycle.Hint) *lifecycle.Server {
+	f.hints = append(f.hints, h)
 	return &lifecycle.Server{User: k.User, Server: k.Server, Status: lifecycle.StatusAbsent}
 }
 func (f *fakeServers) ServerWithEvents(k lifecycle.Key, _ int) *lifecycle.Server {
 	return &lifecycle.Server{User: k.User, Server: k.Server, Status: lifecycle.StatusRunning}
 }
-func (f *fakeServers) Stop(_ context.Context, k lifecycle.Key, _ lifecycle.Hint, _ bool, _ time.Duration) (bool, error) {
+func (f *fakeServers) Stop(_ context.Context, k lifecycle.Key, h lifecycle.Hint, _ bool, _ time.Duration) (bool, error) {
 	f.stopped = append(f.stopped, k)
+	f.hints = append(f.hints, h)
 	return true, nil
 }
 func (f *fakeServers) Progress(context.Context, lifecycle.Key, func(lifecycle.Event) error) error {
@@ -253,5 +257,35 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	sort.Strings(routed)
 	if strings.Join(documented, "\n") != strings.Join(routed, "\n") {
 		t.Errorf("openapi.yaml and the routes differ:\ndocumented:\n%s\nrouted:\n%s", strings.Join(documented, "\n"), strings.Join(routed, "\n"))
+	}
+}
+
+// TestHintsAndStartTimeout: poll and stop pass the hub's saved state on;
+// an oversized hint or a negative start_timeout is refused, naming it.
+func TestHintsAndStartTimeout(t *testing.T) {
+	srv, fs := newTestServer(t, nil)
+	tok := func() string { return sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice")) }
+	want := lifecycle.Hint{Pod: "nb-alice", Namespace: "course-ns", UID: "u-1"}
+	q := "?pod_name=nb-alice&namespace=course-ns&pod_uid=u-1"
+	if code, _ := call(t, srv, http.MethodGet, "/api/v1/users/alice/server"+q, tok(), ""); code != http.StatusOK {
+		t.Fatalf("poll: %d", code)
+	}
+	if code, _ := call(t, srv, http.MethodDelete, "/api/v1/users/alice/server"+q+"&now=true", tok(), ""); code != http.StatusNoContent {
+		t.Fatalf("stop: %d", code)
+	}
+	if len(fs.hints) != 2 || fs.hints[0] != want || fs.hints[1] != want {
+		t.Fatalf("hints %+v, want %+v twice", fs.hints, want)
+	}
+	if code, e := call(t, srv, http.MethodGet, "/api/v1/users/alice/server?pod_name="+strings.Repeat("x", 300), tok(), ""); code != http.StatusBadRequest || e.Field != "pod_name" {
+		t.Errorf("oversized hint: %d %+v, want 400 naming pod_name", code, e)
+	}
+	if code, e := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok(), `{"start_timeout": -1}`); code != http.StatusBadRequest || e.Field != "start_timeout" {
+		t.Errorf("negative start_timeout: %d %+v, want 400 naming start_timeout", code, e)
+	}
+	if code, _ := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok(), `{"start_timeout": 300}`); code != http.StatusAccepted {
+		t.Fatalf("start: %d", code)
+	}
+	if got := fs.started[len(fs.started)-1].StartTimeout; got != 300 {
+		t.Errorf("start_timeout reached the manager as %d, want 300", got)
 	}
 }

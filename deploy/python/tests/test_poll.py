@@ -32,6 +32,14 @@ class TestPoll(SpawnerTestCase):
                 spawner.load_state(dict(state))
                 self.assertEqual(await spawner.poll(), want)
 
+    async def test_sends_saved_state_as_hint(self):
+        self.fake.status_replies = [(200, model("running", url=URL))]
+        spawner = self.spawner()
+        spawner.load_state({**POD, "pod_uid": "u-1"})
+        self.assertIsNone(await spawner.poll())
+        query = self.fake.of("GET")[0].query
+        self.assertEqual(query, {"pod_name": "jupyter-alice", "namespace": "jhub", "pod_uid": "u-1"})
+
     async def test_no_state_asks_nobody(self):
         spawner = self.spawner()
         spawner.load_state({"namespace": "jhub", "pvc_name": "claim-alice"})

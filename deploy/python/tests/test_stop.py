@@ -29,6 +29,18 @@ class TestStop(SpawnerTestCase):
                 self.assertEqual(deletes[0].path, "/api/v1/users/alice/server")
                 self.assertEqual(len(self.fake.of("GET")), gets)
 
+    async def test_sends_saved_state_as_hint(self):
+        # spawnerd finds a pod made before identity labels by the saved state.
+        self.fake.delete_replies = [204]
+        spawner = self.spawner()
+        spawner.load_state({**POD, "pod_uid": "u-1", "pvc_name": "claim-alice"})
+        await spawner.stop()
+        query = self.fake.of("DELETE")[0].query
+        self.assertEqual(
+            {k: query.get(k) for k in ("pod_name", "namespace", "pod_uid", "pvc_name")},
+            {"pod_name": "jupyter-alice", "namespace": "jhub", "pod_uid": "u-1", "pvc_name": None},
+        )
+
     async def test_202_waits_until_stopped(self):
         self.fake.delete_replies = [202]
         self.fake.status_replies = [
