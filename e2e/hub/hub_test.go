@@ -65,12 +65,19 @@ func newStack(t *testing.T, hubEnv ...string) *stack {
 // newStackWith is newStack with more spawnerd flags.
 func newStackWith(t *testing.T, spawnerdArgs []string, hubEnv ...string) *stack {
 	t.Helper()
+	return newStackConfig(t, func(ns string) string { return fmt.Sprintf(spawnerConfig, ns) }, spawnerdArgs, hubEnv...)
+}
+
+// newStackConfig is newStackWith with spawnerd's configuration made from
+// the test's namespace.
+func newStackConfig(t *testing.T, config func(ns string) string, spawnerdArgs []string, hubEnv ...string) *stack {
+	t.Helper()
 	ns := env.Namespace(t)
 	proxy := harness.StartProxy(t)
 	hubPort := harness.FreePort(t)
 	hubToken := fmt.Sprintf("hub-token-%d", time.Now().UnixNano())
 	api := env.StartSpawnerd(t, bin, harness.SpawnerdOptions{
-		Config: fmt.Sprintf(spawnerConfig, ns),
+		Config: config(ns),
 		Args: append([]string{"--hub-api-url", fmt.Sprintf("http://127.0.0.1:%d/hub/api", hubPort),
 			"--proxy-api-url", proxy.APIURL}, spawnerdArgs...),
 		Env: []string{"SPAWNERD_HUB_TOKEN=" + hubToken, "CONFIGPROXY_AUTH_TOKEN=" + proxy.Token},
@@ -282,5 +289,48 @@ func TestShimRefusesMissingOrWrongSecret(t *testing.T) {
 				t.Errorf("a refused spawn created %d pods", len(pods.Items))
 			}
 		})
+	}
+}
+
+// TestPlacementSurvivesRestarts: servers whose profile put the pod in
+// another namespace or gave it another name stay running for the hub
+// after spawnerd and then the hub restart, and the hub's stop removes each
+// pod.
+func TestPlacementSurvivesRestarts(t *testing.T) {
+	course := env.Namespace(t)
+	s := newStackConfig(t, func(ns string) string {
+		return fmt.Sprintf(spawnerConfig, ns) + fmt.Sprintf(`  - display_name: Course namespace
+    slug: course
+    kubespawner_override: {namespace: %s}
+  - display_name: Renamed pod
+    slug: renamed
+    kubespawner_override: {pod_name_template: "nb-{username}"}
+`, course)
+	}, nil)
+	servers := []struct{ user, profile, ns, pod string }{
+		{"alice", "course", course, "jupyter-alice"},
+		{"bob", "renamed", s.ns, "nb-bob"},
+	}
+	for _, sv := range servers {
+		s.start(t, sv.user, "", map[string]any{"profile": sv.profile})
+		if st := s.hub.Servers(sv.user)[""].State; st["pod_name"] != sv.pod || st["namespace"] != sv.ns {
+			t.Fatalf("%s's hub state %v, want pod %s/%s", sv.user, st, sv.ns, sv.pod)
+		}
+	}
+	s.api.Restart(t)
+	s.hub.Restart(t)
+	for _, sv := range servers {
+		s.hub.WaitReady(sv.user, "")
+		s.waitReachable(t, sv.user, "")
+		if !strings.Contains(s.hub.Log(), sv.user+" still running") {
+			t.Errorf("the hub did not find %s's server still running after the restarts", sv.user)
+		}
+	}
+	for _, sv := range servers {
+		if code := s.hub.Do(http.MethodDelete, harness.ServerAPIPath(sv.user, ""), nil, nil); code != http.StatusNoContent && code != http.StatusAccepted {
+			t.Fatalf("hub stop %s: %d", sv.user, code)
+		}
+		s.hub.WaitGone(sv.user, "")
+		env.WaitForPodGone(t, sv.ns, sv.pod)
 	}
 }
