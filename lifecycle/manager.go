@@ -174,7 +174,9 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		return nil, err
 	}
 	gate(objs.Pod, m.gate)
-	if req.StartTimeout > 0 && req.StartTimeout != settings.StartTimeout {
+	// The hub's start_timeout, unless the profile set its own (as a
+	// kubespawner_override does to KubeSpawner's trait).
+	if req.StartTimeout > 0 && req.StartTimeout != settings.StartTimeout && settings.StartTimeout == m.base.StartTimeout {
 		cp := *settings
 		cp.StartTimeout = req.StartTimeout
 		settings = &cp

@@ -630,16 +630,23 @@ func (w *Watcher) Leading() bool { return !w.opts.Elected || w.leading.Load() }
 // cache each time, so repeated or missed events converge. A follower does
 // nothing: the leader's rescan covers what it skips.
 func (w *Watcher) sync(ctx context.Context, key cache.ObjectName) error {
-	if !w.Leading() {
-		return nil
-	}
+	leading := w.Leading()
 	var errs []error
 	w.mu.Lock()
 	var gone []gonePod
-	for _, g := range w.gone[key] {
+	for uid, g := range w.gone[key] {
+		if managed(g.pod) {
+			// Its finalizer kept it until its stop was reported (or was
+			// asked for): nothing is left to do, on any replica.
+			w.forgetGoneLocked(key, uid)
+			continue
+		}
 		gone = append(gone, g)
 	}
 	w.mu.Unlock()
+	if !leading {
+		return nil
+	}
 	for _, g := range gone {
 		if err := w.reactGone(ctx, key, g); err != nil {
 			errs = append(errs, err)
@@ -778,13 +785,26 @@ func (w *Watcher) reactGone(ctx context.Context, key cache.ObjectName, g gonePod
 		}
 	}
 	w.mu.Lock()
-	delete(w.gone[key], g.pod.UID)
+	w.forgetGoneLocked(key, g.pod.UID)
+	w.mu.Unlock()
+	return nil
+}
+
+// forgetGoneLocked drops a gone pod and its stop record; w.mu is held.
+func (w *Watcher) forgetGoneLocked(key cache.ObjectName, uid types.UID) {
+	delete(w.gone[key], uid)
 	if len(w.gone[key]) == 0 {
 		delete(w.gone, key)
 	}
-	delete(w.records, g.pod.UID)
-	w.mu.Unlock()
-	return nil
+	delete(w.records, uid)
+}
+
+// managed reports whether the pod was made with FinalizerStopReport (this
+// version's pods carry a start deadline with it): such a pod leaves the
+// API only after its stop was reported, so its going away is no news.
+func managed(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[serverid.AnnotationStartDeadline]
+	return ok || serverid.HasFinalizer(pod)
 }
 
 // recordStop returns the stop record of a pod UID, creating it (and logging
@@ -914,6 +934,13 @@ func (w *Watcher) sweep() {
 	for k, t := range w.expect {
 		if now.Sub(t) >= stopRetention {
 			delete(w.expect, k)
+		}
+	}
+	for key, m := range w.gone {
+		for uid, g := range m {
+			if now.Sub(g.at) >= stopRetention {
+				w.forgetGoneLocked(key, uid)
+			}
 		}
 	}
 	for uid, rec := range w.records {
