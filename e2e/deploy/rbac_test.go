@@ -68,7 +68,7 @@ func TestLeastPrivilege(t *testing.T) {
 	// What spawnerd needs in its notebook namespace, in either mode.
 	uses := func(ns string) []access {
 		var out []access
-		for _, v := range []string{"get", "list", "watch", "create", "delete"} {
+		for _, v := range []string{"get", "list", "watch", "create", "patch", "delete"} {
 			out = append(out, access{v, "pods", ns, true})
 		}
 		for _, v := range []string{"get", "list", "watch"} {
@@ -83,7 +83,6 @@ func TestLeastPrivilege(t *testing.T) {
 	never := func(ns string) []access {
 		return []access{
 			{"update", "pods", ns, false},
-			{"patch", "pods", ns, false},
 			{"deletecollection", "pods", ns, false},
 			{"create", "pods/exec", ns, false},
 			{"create", "pods/attach", ns, false},
