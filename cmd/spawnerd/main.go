@@ -256,8 +256,14 @@ func serve(args []string) error {
 	watchErr := make(chan error, 4)
 	go health.run(ctx, client, 2*time.Second)
 	go func() { watchErr <- watcher.Run(ctx) }()
+	leaderDone := make(chan struct{})
 	if watcherOpts.Elected {
-		go func() { watchErr <- leader.Run(ctx, client, leaseOpts, watcher.SetLeading) }()
+		go func() {
+			defer close(leaderDone)
+			watchErr <- leader.Run(ctx, client, leaseOpts, watcher.SetLeading)
+		}()
+	} else {
+		close(leaderDone)
 	}
 	go func() { watchErr <- manager.Run(ctx) }()
 	if gpu != nil {
@@ -279,8 +285,15 @@ func serve(args []string) error {
 		}
 	}
 	log.Info("shutting down")
+	stop() // also for an error exit: the Lease is released below
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// A released Lease is taken over at once; one left to expire costs
+	// the next replica --lease-duration.
+	select {
+	case <-leaderDone:
+	case <-time.After(3 * time.Second):
+	}
 	if gpu != nil && gpu.webhook != nil {
 		_ = gpu.webhook.Shutdown(shutdownCtx)
 	}
