@@ -43,13 +43,7 @@ func SelfSigned(hosts []string, now time.Time) (tls.Certificate, []byte, error) 
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
 	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
+	addHosts(tmpl, hosts)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return tls.Certificate{}, nil, fmt.Errorf("webhook certificate: %w", err)
@@ -124,4 +118,16 @@ func EnsureCABundle(ctx context.Context, client kubernetes.Interface, name strin
 	}
 	log.Info("webhook CA bundle written", zap.String("name", name), zap.Int("webhooks", len(ops)-1))
 	return true, nil
+}
+
+// addHosts names the hosts in a certificate template: IP addresses as IP
+// SANs, the rest as DNS names.
+func addHosts(tmpl *x509.Certificate, hosts []string) {
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
 }
