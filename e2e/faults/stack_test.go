@@ -56,18 +56,20 @@ type stack struct {
 	hubFront *harness.Front // spawnerd → hub API, counted
 	proxy    *harness.Proxy
 	api      hubAPI
+	secret   []byte
 	started  time.Time
 }
 
 // newStack starts n replicas and the hub in front of them, in a new namespace.
 func newStack(t *testing.T, n int) *stack {
 	t.Helper()
+	secret := []byte("e2e-shared-secret-" + rand.Text())
 	ctx := context.Background()
 	st := &stack{ns: env.Namespace(t), started: time.Now()}
+	st.secret = secret
 	st.proxy = harness.StartProxy(t)
 	hubPort := harness.FreePort(t)
 	hubToken := "hub-token-" + rand.Text()
-	secret := []byte("e2e-shared-secret-" + rand.Text())
 
 	var names sync.Map // control-network address → replica name
 	whoIs := func(ip string) string {
