@@ -348,7 +348,12 @@ func TestFrozenReplicaAndAPIRestart(t *testing.T) {
 	for _, r := range results {
 		if r.err != nil {
 			refused = append(refused, r.user)
-			t.Logf("spawn during the API server restart refused: %s: %v", r.user, r.err)
+			// The hub answers its API caller only "error"; spawnerd's reason is in its log.
+			line, ok := st.hub.WaitForLogLine(5*time.Second, "error starting "+r.user+"'s server", "spawnerd")
+			if !ok {
+				t.Errorf("spawn of %s refused with no reason from spawnerd: %v", r.user, r.err)
+			}
+			t.Logf("spawn during the API server restart refused: %s: %s", r.user, line)
 		}
 	}
 	for _, err := range stopErrs {
@@ -384,6 +389,6 @@ func TestFrozenReplicaAndAPIRestart(t *testing.T) {
 	t.Logf("API server restart took %s", restartTook.Round(10*time.Millisecond))
 	ft.add(fmt.Sprintf("API server restart during %d spawns and %d stops, %d running (%d replicas)", len(second), len(first), len(keep), n),
 		len(second)+len(first)+len(keep),
-		fmt.Sprintf("%d spawns refused (reason given, respawned), %d stops failed, %d running lost, %d orphan pods", len(refused), len(stopErrs), 0, len(left)), 0)
+		fmt.Sprintf("%d spawns refused with spawnerd's reason (then respawned), %d stops failed, %d running lost, %d orphan pods", len(refused), len(stopErrs), 0, len(left)), 0)
 	ft.log(t)
 }
