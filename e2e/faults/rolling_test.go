@@ -49,7 +49,8 @@ func TestRollingKills(t *testing.T) {
 				return
 			case <-time.After(3 * time.Second):
 			}
-			if err := r.Kill(ctx); err != nil {
+			// Not ctx: the end of the spawns must not cut a kill or restart short.
+			if err := r.Kill(context.Background()); err != nil {
 				killErr = err
 				return
 			}

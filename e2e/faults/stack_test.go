@@ -71,14 +71,14 @@ func newStack(t *testing.T, n int) *stack {
 	hubPort := harness.FreePort(t)
 	hubToken := "hub-token-" + rand.Text()
 
-	var names sync.Map // control-network address → replica name
+	var names sync.Map // network address → replica name
 	whoIs := func(ip string) string {
 		if v, ok := names.Load(ip); ok {
 			return v.(string)
 		}
 		return ""
 	}
-	gw := s.control.Gateway.String()
+	gw := s.net.Gateway.String()
 	st.hubFront = harness.StartFront(t, gw, fmt.Sprintf("http://127.0.0.1:%d", hubPort), whoIs)
 	proxyFront := harness.StartFront(t, gw, st.proxy.APIURL, whoIs)
 
@@ -105,10 +105,10 @@ func newStack(t *testing.T, n int) *stack {
 		c := s.docker.StartContainer(ctx, t, harness.ContainerOptions{
 			Name: name, Image: s.image, Args: args, Files: files,
 			Env:      map[string]string{"POD_NAMESPACE": st.ns},
-			Networks: []*harness.Network{s.control, s.service},
+			Networks: []*harness.Network{s.net},
 		})
-		names.Store(c.IP(s.control).String(), name)
-		u, _ := url.Parse(fmt.Sprintf("http://%s:8090", c.IP(s.service)))
+		names.Store(c.IP(s.net).String(), name)
+		u, _ := url.Parse(fmt.Sprintf("http://%s:8090", c.IP(s.net)))
 		be := &harness.Backend{Name: name, URL: u}
 		backends = append(backends, be)
 		st.replicas = append(st.replicas, &replica{Container: c, backend: be})
@@ -144,8 +144,8 @@ func containerKubeconfig(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(data, []byte(s.control.Gateway.String())) {
-		t.Fatalf("kubeconfig does not point at the gateway %s", s.control.Gateway)
+	if !bytes.Contains(data, []byte(s.net.Gateway.String())) {
+		t.Fatalf("kubeconfig does not point at the gateway %s", s.net.Gateway)
 	}
 	return data
 }

@@ -220,8 +220,9 @@ func TestHubDownWhilePodsStop(t *testing.T) {
 }
 
 // TestReplicaCutOff: the leader loses the API server and the hub (network
-// disconnect): it turns unready, another replica takes over the stops, and
-// it does not act on its stale view when it is back.
+// disconnect; the balancer loses it too, so it is out of rotation as a
+// Service endpoint whose probe fails), another replica takes over the
+// stops, and it does not act on its stale view when it is back.
 func TestReplicaCutOff(t *testing.T) {
 	needStopLease(t)
 	ctx := context.Background()
@@ -229,7 +230,7 @@ func TestReplicaCutOff(t *testing.T) {
 	users := userNames("cut", cutOffServers)
 	spawnRunning(t, st, users)
 	leader := st.leader(t)
-	if err := leader.Disconnect(ctx, s.control); err != nil {
+	if err := leader.Disconnect(ctx, s.net); err != nil {
 		t.Fatal(err)
 	}
 	cut := time.Now()
@@ -245,7 +246,7 @@ func TestReplicaCutOff(t *testing.T) {
 	if ok {
 		takeover = first.At.Sub(cut)
 	}
-	if err := leader.Connect(ctx, s.control); err != nil {
+	if err := leader.Connect(ctx, s.net); err != nil {
 		t.Fatal(err)
 	}
 	back := time.Now()
