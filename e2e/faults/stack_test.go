@@ -236,6 +236,7 @@ type spawnResult struct {
 	user     string
 	err      error  // the spawn failed (hub refused, progress failed, never ready)
 	last     string // the progress stream's last message
+	reason   string // a failed progress stream's reason
 	ready    bool   // the progress stream ended ready
 	took     time.Duration
 	progress int // events read
@@ -274,6 +275,7 @@ func (h hubAPI) spawn(ctx context.Context, user string) spawnResult {
 	switch {
 	case r.ready:
 	case failed && strings.TrimSpace(r.last) != "":
+		r.reason = r.last
 		r.err = fmt.Errorf("spawn failed: %s", r.last)
 		return r
 	default:

@@ -18,12 +18,15 @@ import (
 type podLog struct {
 	mu   sync.Mutex
 	uids map[string]map[types.UID]bool // pod name → UIDs seen
-	live map[string]types.UID
+	// live: user → the user's pods that exist now; most: the most a user
+	// ever had at once (a duplicate is a second live pod for one server).
+	live map[string]map[types.UID]bool
+	most map[string]int
 }
 
 func watchPods(t *testing.T, ns string) *podLog {
 	t.Helper()
-	l := &podLog{uids: map[string]map[types.UID]bool{}, live: map[string]types.UID{}}
+	l := &podLog{uids: map[string]map[types.UID]bool{}, live: map[string]map[types.UID]bool{}, most: map[string]int{}}
 	f := informers.NewSharedInformerFactoryWithOptions(env.Client, 0, informers.WithNamespace(ns))
 	inf := f.Core().V1().Pods().Informer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -59,21 +62,26 @@ func (l *podLog) seen(obj any, deleted bool) {
 		l.uids[p.Name] = map[types.UID]bool{}
 	}
 	l.uids[p.Name][p.UID] = true
-	if deleted {
-		delete(l.live, p.Name)
-	} else {
-		l.live[p.Name] = p.UID
+	user := p.Annotations["hub.jupyter.org/username"]
+	if l.live[user] == nil {
+		l.live[user] = map[types.UID]bool{}
 	}
+	if deleted {
+		delete(l.live[user], p.UID)
+		return
+	}
+	l.live[user][p.UID] = true
+	l.most[user] = max(l.most[user], len(l.live[user]))
 }
 
-// duplicates are pod names that had more than one pod (UID) over the run.
+// duplicates are the users that had more than one pod at the same time.
 func (l *podLog) duplicates() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
-	for name, uids := range l.uids {
-		if len(uids) > 1 {
-			out = append(out, fmt.Sprintf("%s×%d", name, len(uids)))
+	for user, n := range l.most {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s×%d", user, n))
 		}
 	}
 	return out
