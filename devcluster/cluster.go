@@ -46,6 +46,13 @@ type Options struct {
 	Logger *zap.Logger
 	// ReadyTimeout bounds the wait for the API server and every node. Default 2 minutes.
 	ReadyTimeout time.Duration
+	// ServeIP, when set, is an address of this machine other than loopback
+	// (e.g. a container network's gateway) that the API server serves on
+	// instead of 127.0.0.1, so that containers can reach it. kube-apiserver
+	// listens on one address only; the serving certificate names this one
+	// beside 127.0.0.1, and every kubeconfig points at it, which works for
+	// this machine's clients too since the address is local.
+	ServeIP net.IP
 }
 
 // Cluster is a running dev cluster.
@@ -103,7 +110,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	if c.pki, err = newPKI(filepath.Join(opts.Dir, "pki")); err != nil {
+	if opts.ServeIP != nil && opts.ServeIP.To4() == nil {
+		return nil, fmt.Errorf("devcluster: ServeIP %s is not an IPv4 address", opts.ServeIP)
+	}
+	var extraSANs []net.IP
+	if opts.ServeIP != nil {
+		extraSANs = append(extraSANs, opts.ServeIP)
+	}
+	if c.pki, err = newPKI(filepath.Join(opts.Dir, "pki"), extraSANs...); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
 	if c.ports, err = freePorts(); err != nil {
@@ -175,7 +189,15 @@ func (c *Cluster) Dir() string { return c.opts.Dir }
 
 // APIServerURL is the API server's https URL.
 func (c *Cluster) APIServerURL() string {
-	return fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver)
+	return "https://" + net.JoinHostPort(c.host(), strconv.Itoa(c.ports.apiserver))
+}
+
+// host is the address the API server listens on.
+func (c *Cluster) host() string {
+	if c.opts.ServeIP != nil {
+		return c.opts.ServeIP.String()
+	}
+	return "127.0.0.1"
 }
 
 // CAFile is the cluster CA certificate, for webhooks and clients.
@@ -235,7 +257,7 @@ func (c *Cluster) define() {
 	)
 	add("kube-apiserver",
 		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--bind-address="+c.host(), "--advertise-address="+c.host(),
 		// Loopback cannot back the kubernetes Service endpoints; nothing in-cluster dials it.
 		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(c.ports.apiserver),
@@ -301,7 +323,7 @@ func (c *Cluster) startProcess(name string) error {
 
 // writeKubeconfigs writes one kubeconfig per identity; the admin one is the cluster's.
 func (c *Cluster) writeKubeconfigs() error {
-	server := fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiserver)
+	server := c.APIServerURL()
 	for _, id := range identities {
 		cert := c.pki.clientCerts[id.name]
 		cfg := clientcmdapi.NewConfig()
@@ -424,7 +446,7 @@ func (c *Cluster) waitTCP(ctx context.Context, name string, port int) error {
 		if done, perr := c.procs[name].exited(); done {
 			return false, fmt.Errorf("%s exited: %v\n%s", name, perr, c.procs[name].tail())
 		}
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
 		if err != nil {
 			return false, nil
 		}

@@ -45,8 +45,9 @@ type certAuthority struct {
 }
 
 // newPKI generates a CA, the API server's serving certificate, client
-// certificates and the service-account key pair in dir.
-func newPKI(dir string) (*pki, error) {
+// certificates and the service-account key pair in dir; extraIPs are more
+// addresses the serving certificate is valid for.
+func newPKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating pki dir: %w", err)
 	}
@@ -68,7 +69,7 @@ func newPKI(dir string) (*pki, error) {
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}, extraIPs...),
 	}
 	if err := ca.issue(serverTmpl, p.serverCert, p.serverKey); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,19 @@ type Env struct {
 // Each setup function runs once the cluster is up. With E2E_KEEP=1 the
 // cluster's folder (logs, kubeconfig) is kept.
 func Main(m *testing.M, env **Env, nodes *devcluster.NodeConfig, setup ...func(*Env) error) int {
-	e, stop, err := Start(context.Background(), nodes)
+	return MainWith(m, env, ClusterOptions{Nodes: nodes}, setup...)
+}
+
+// ClusterOptions are what a test package may choose about its cluster.
+type ClusterOptions struct {
+	Nodes *devcluster.NodeConfig
+	// ServeIP: see devcluster.Options.ServeIP.
+	ServeIP net.IP
+}
+
+// MainWith is Main with more choices about the cluster.
+func MainWith(m *testing.M, env **Env, opts ClusterOptions, setup ...func(*Env) error) int {
+	e, stop, err := StartWith(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "harness:", err)
 		return 1
@@ -65,6 +78,11 @@ func Main(m *testing.M, env **Env, nodes *devcluster.NodeConfig, setup ...func(*
 // Start brings up a cluster and returns it with its stop function; stop(true)
 // prints where the logs are and keeps them.
 func Start(ctx context.Context, nodes *devcluster.NodeConfig) (*Env, func(failed bool), error) {
+	return StartWith(ctx, ClusterOptions{Nodes: nodes})
+}
+
+// StartWith is Start with more choices about the cluster.
+func StartWith(ctx context.Context, opts ClusterOptions) (*Env, func(failed bool), error) {
 	repo, err := RepoRoot()
 	if err != nil {
 		return nil, nil, err
@@ -81,7 +99,7 @@ func Start(ctx context.Context, nodes *devcluster.NodeConfig) (*Env, func(failed
 	if os.Getenv("E2E_VERBOSE") != "" {
 		logger, _ = zap.NewDevelopment()
 	}
-	cluster, err := devcluster.Start(ctx, devcluster.Options{Dir: dir, BinDir: bin, Nodes: nodes, Logger: logger})
+	cluster, err := devcluster.Start(ctx, devcluster.Options{Dir: dir, BinDir: bin, Nodes: opts.Nodes, Logger: logger, ServeIP: opts.ServeIP})
 	if err != nil {
 		return nil, nil, err
 	}
