@@ -573,11 +573,26 @@ func (m *Manager) Progress(ctx context.Context, key Key, fn func(Event) error) e
 	if sp == nil {
 		sp = m.observe(key)
 	}
-	if sp == nil {
-		return ErrNotFound
+	// A spawn another replica just started has its pod created before
+	// the POST was answered, but this cache may see it a moment later.
+	wait := time.NewTimer(observeWait)
+	defer wait.Stop()
+	for sp == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+			return ErrNotFound
+		case <-time.After(50 * time.Millisecond):
+		}
+		sp = m.observe(key)
 	}
 	return sp.events.follow(ctx, fn)
 }
+
+// observeWait bounds how long progress waits for the pod of a spawn it
+// did not start to reach this replica's cache.
+const observeWait = 5 * time.Second
 
 // observe follows, from the cache, a spawn this replica did not start (or
 // forgot in a restart): the same events told the same way, but the pod is
@@ -633,6 +648,11 @@ func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait t
 		sp.cancel()
 	}
 	ref, pod := m.find(key, hint)
+	if pod == nil {
+		// A pod another replica created a moment ago may not be in this
+		// cache yet: ask the API server before answering "gone".
+		pod = m.liveOwnPod(ctx, key, hint, ref)
+	}
 	log := m.log.With(zap.String("user", key.User), zap.String("server", key.Server), zap.String("pod", ref.name), zap.String("namespace", ref.namespace))
 	if pod == nil {
 		// Nothing of this server's runs; a pod at its name is someone
@@ -683,6 +703,22 @@ func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait t
 	}
 	log.Info("stop: pod gone")
 	return true, nil
+}
+
+// liveOwnPod reads the server's pod from the API server at ref, nil unless
+// it is there and the server's own.
+func (m *Manager) liveOwnPod(ctx context.Context, key Key, hint Hint, ref podRef) *corev1.Pod {
+	if ref.name == "" {
+		return nil
+	}
+	p, err := m.client.CoreV1().Pods(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	if ok, _ := m.owns(p, key, hint); !ok {
+		return nil
+	}
+	return p
 }
 
 func (m *Manager) deletePodAndWait(ctx context.Context, ref podRef, uid types.UID, grace int64, wait time.Duration) error {

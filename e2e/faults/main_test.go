@@ -20,7 +20,7 @@ import (
 // requireStopLease: flip to true once spawnerd has the stop Lease
 // (--stop-lease-name and friends) and the /readyz that turns false when the
 // API server is unreachable; until then the tests that need them skip.
-const requireStopLease = false
+const requireStopLease = true
 
 // suite is what TestMain set up for every test.
 type suite struct {
