@@ -312,16 +312,7 @@ func (h hubAPI) progress(ctx context.Context, user string) ([]map[string]any, er
 	if err != nil {
 		return nil, fmt.Errorf("progress: reading: %w", err)
 	}
-	var out []map[string]any
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
-			var ev map[string]any
-			if json.Unmarshal(d, &ev) == nil {
-				out = append(out, ev)
-			}
-		}
-	}
-	return out, nil
+	return harness.ParseSSE(data), nil
 }
 
 // stop stops the user's server through the hub and waits until the hub no longer lists it.

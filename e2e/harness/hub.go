@@ -199,6 +199,11 @@ func (h *Hub) ProgressMessages(user, server string) []map[string]any {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	return ParseSSE(data)
+}
+
+// ParseSSE returns the JSON events of a server-sent event stream's data lines.
+func ParseSSE(data []byte) []map[string]any {
 	var out []map[string]any
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		if d, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
