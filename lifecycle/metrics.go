@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -37,12 +38,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // API requests by HTTP method, so that API writes per spawn can be measured.
 func CountRequests(reg prometheus.Registerer) func(http.RoundTripper) http.RoundTripper {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "spawner_kube_api_requests_total", Help: "Kubernetes API requests by HTTP method (POST, PUT, PATCH, DELETE are writes).",
+		Name: "spawner_kube_api_requests_total", Help: "Kubernetes API requests by HTTP method (POST, PUT, PATCH, DELETE are writes), Lease traffic excepted.",
 	}, []string{"method"})
 	reg.MustRegister(requests)
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			requests.WithLabelValues(req.Method).Inc()
+			// Lease renewals are a steady background the writes per
+			// spawn or stop should not include.
+			if !strings.HasPrefix(req.URL.Path, "/apis/coordination.k8s.io/") {
+				requests.WithLabelValues(req.Method).Inc()
+			}
 			return rt.RoundTrip(req)
 		})
 	}
