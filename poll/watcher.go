@@ -4,6 +4,7 @@
 package poll
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -260,15 +261,8 @@ func (w *Watcher) newSpace(ns string) (*space, error) {
 		},
 	}
 	sp.eventsRf = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
-		&corev1.Event{}, sp.events, cache.ReflectorOptions{Name: "poll-events-" + cmpOr(ns, "all")})
+		&corev1.Event{}, sp.events, cache.ReflectorOptions{Name: "poll-events-" + cmp.Or(ns, "all")})
 	return sp, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // spaceOf returns the space that watches namespace ns, nil if none does.
