@@ -188,6 +188,11 @@ func (c *Controller) evict(ctx context.Context, ev reservation.Eviction, now tim
 	if err := c.writeEvent(ctx, ev.Event, now); err != nil {
 		return
 	}
+	if c.opts.OnEvict != nil {
+		if pod, err := c.podLister.Pods(ev.Pod.Namespace).Get(ev.Pod.Name); err == nil && pod.UID == ev.Pod.UID {
+			c.opts.OnEvict(ctx, pod, ev.Event.Reason, ev.Event.Message)
+		}
+	}
 	uid := ev.Pod.UID
 	err := c.client.CoreV1().Pods(ev.Pod.Namespace).Delete(ctx, ev.Pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {

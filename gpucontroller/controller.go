@@ -62,6 +62,10 @@ type Options struct {
 	Logger *zap.Logger
 	// Registry receives the controller's metrics; may be nil.
 	Registry prometheus.Registerer
+	// OnEvict, when set, is told of every eviction after its event is
+	// written and before the pod is deleted (the session history records
+	// who ended the pod while it still exists).
+	OnEvict func(ctx context.Context, pod *corev1.Pod, reason, message string)
 }
 
 // Controller is the reservation controller.

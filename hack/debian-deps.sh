@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the demo and the end-to-end tests need, if missing:
-# the hub, its proxy and PyJWT for the demo; chromium for the demo's browser test.
+# the hub, its proxy and PyJWT for the demo; chromium for the browser tests; the
+# PostgreSQL server for the session history's tests (hack/postgres.sh starts it).
 set -o errexit -o nounset -o pipefail
-pkgs=(jupyterhub node-configurable-http-proxy python3-jwt chromium)
+pkgs=(jupyterhub node-configurable-http-proxy python3-jwt chromium postgresql)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

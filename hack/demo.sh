@@ -76,7 +76,7 @@ echo "demo: starting spawnerd on 127.0.0.1:$spawnerd_port" >&2
 setsid "$root/bin/spawnerd" serve --config "$root/deploy/demo/spawner.yaml" --listen "127.0.0.1:$spawnerd_port" \
   --shared-secret-file "$state/shared-secret" \
   --hub-api-url "$hub_api" --proxy-api-url "http://127.0.0.1:$proxy_api_port" \
-  --namespace default --leader-elect=false \
+  --namespace default --leader-elect=false --history-dsn "sqlite://$state/history.db" \
   > "$state/spawnerd.log" 2>&1 &
 spawnerd_pid=$!
 for _ in $(seq 300); do
@@ -110,7 +110,10 @@ cat <<MSG
   Log in with any user name and any password ("admin" is an admin), pick the
   CPU or GPU profile, and start your server.
 
+  Console: http://127.0.0.1:$proxy_port/services/spawnerd/ (log in as admin; every
+           other user gets a status page there), also in the hub's Services menu
   Admin:   $state/spawnerd-admin servers
+           $state/spawnerd-admin why alice
            $state/spawnerd-admin classes
            (the shared secret is in $state/shared-secret, mode 0600)
   kubectl: KUBECONFIG=$KUBECONFIG $DEVCLUSTER_BIN_DIR/kubectl get pods -A

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -117,7 +118,7 @@ func TestUnauthenticatedBodyIsNotAwaited(t *testing.T) {
 // spawnerd's service account may not create pods.
 type forbiddenServers struct{ fakeServers }
 
-func (forbiddenServers) Start(context.Context, spawner.Request) (*lifecycle.Server, error) {
+func (forbiddenServers) Start(context.Context, spawner.Request, history.Actor) (*lifecycle.Server, error) {
 	err := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "jupyter-alice",
 		fmt.Errorf(`User "system:serviceaccount:jhub:spawnerd" cannot create resource "pods" in API group "" in the namespace "jhub-staff"`))
 	return nil, fmt.Errorf("creating pod jupyter-alice: %w", err)
@@ -125,7 +126,7 @@ func (forbiddenServers) Start(context.Context, spawner.Request) (*lifecycle.Serv
 
 type conflictServers struct{ fakeServers }
 
-func (conflictServers) Start(context.Context, spawner.Request) (*lifecycle.Server, error) {
+func (conflictServers) Start(context.Context, spawner.Request, history.Actor) (*lifecycle.Server, error) {
 	return nil, fmt.Errorf(`Service ns/spark-master belongs to server "" of user "bob", and a namespace holds one Spark cluster: %w`, lifecycle.ErrConflict)
 }
 

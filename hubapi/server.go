@@ -26,16 +26,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/spawner"
 )
 
 // Servers runs and reports servers; *lifecycle.Manager implements it.
 type Servers interface {
-	Start(ctx context.Context, req spawner.Request) (*lifecycle.Server, error)
+	Start(ctx context.Context, req spawner.Request, by history.Actor) (*lifecycle.Server, error)
 	Server(key lifecycle.Key, hint lifecycle.Hint) *lifecycle.Server
 	ServerWithEvents(key lifecycle.Key, max int) *lifecycle.Server
-	Stop(ctx context.Context, key lifecycle.Key, hint lifecycle.Hint, now bool, wait time.Duration) (bool, error)
+	Stop(ctx context.Context, key lifecycle.Key, hint lifecycle.Hint, now bool, wait time.Duration, by history.Actor) (bool, error)
 	DeleteForever(ctx context.Context, key lifecycle.Key, saved lifecycle.SavedState) (*lifecycle.StorageDeletion, error)
 	Progress(ctx context.Context, key lifecycle.Key, fn func(lifecycle.Event) error) error
 	List() []*lifecycle.Server
@@ -55,8 +56,14 @@ type Options struct {
 	// Reservations is the GPU reservation engine's admin side; nil when the
 	// engine is off (its routes then answer 404).
 	Reservations Reservations
-	Logger       *zap.Logger
-	Registry     *prometheus.Registry
+	// History is the session history; nil turns its routes into 404s.
+	History History
+	// Location renders times in sentences (the reservation engine's zone).
+	Location *time.Location
+	// Now defaults to time.Now.
+	Now      func() time.Time
+	Logger   *zap.Logger
+	Registry *prometheus.Registry
 }
 
 // New returns the HTTP handler with every route.
@@ -104,6 +111,7 @@ func New(opts Options) *echo.Echo {
 	admin.GET("/:user", h.adminServer)
 	admin.GET("/:user/:server", h.adminServer)
 	h.routeReservations(api)
+	h.routeSessions(api)
 	return e
 }
 
@@ -125,6 +133,9 @@ type StartRequest struct {
 	StartTimeout int    `json:"start_timeout"`
 	// State is what the hub saved of the server that the start reads back.
 	State *StartState `json:"state"`
+	// RequestedBy is who asked the hub for the start, when the hub class
+	// knows: the user, an admin, a service.
+	RequestedBy *history.Actor `json:"requested_by"`
 }
 
 // StartState is the part of the hub's saved state a start uses.
@@ -219,7 +230,11 @@ func (h *handlers) start(c echo.Context) error {
 		}
 		req.SavedPVCName = body.State.PVCName
 	}
-	srv, err := h.opts.Servers.Start(c.Request().Context(), req)
+	by, err := checkActor(body.RequestedBy, "requested_by")
+	if err != nil {
+		return err
+	}
+	srv, err := h.opts.Servers.Start(c.Request().Context(), req, by)
 	if err != nil {
 		return err
 	}
@@ -336,7 +351,15 @@ func (h *handlers) stop(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, hint, now, wait)
+	var by *history.Actor
+	if k := c.QueryParam("by"); k != "" || c.QueryParam("by_name") != "" {
+		by = &history.Actor{Kind: history.ActorKind(k), Name: c.QueryParam("by_name")}
+	}
+	actor, err := checkActor(by, "by")
+	if err != nil {
+		return err
+	}
+	gone, err := h.opts.Servers.Stop(c.Request().Context(), key, hint, now, wait, actor)
 	if err != nil {
 		return err
 	}
@@ -419,7 +442,36 @@ func (h *handlers) progress(c echo.Context) error {
 }
 
 func (h *handlers) list(c echo.Context) error {
-	return c.JSON(http.StatusOK, ServerList{Servers: h.opts.Servers.List()})
+	servers := h.opts.Servers.List()
+	if servers == nil {
+		servers = []*lifecycle.Server{}
+	}
+	return c.JSON(http.StatusOK, ServerList{Servers: servers})
+}
+
+// maxActorName bounds a requester's name: hub user and service names are short.
+const maxActorName = 255
+
+// checkActor validates who asked for a start or stop; nil is the hub
+// itself (an old hub class, or a request the class could not attribute).
+func checkActor(a *history.Actor, field string) (history.Actor, error) {
+	if a == nil {
+		return history.Actor{Kind: history.ActorHub}, nil
+	}
+	switch a.Kind {
+	case history.ActorUser, history.ActorAdmin, history.ActorCuller, history.ActorService:
+		if a.Name == "" {
+			return history.Actor{}, &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s names no one: a %s requester needs a name", field, a.Kind), field: field + "_name"}
+		}
+	case history.ActorHub:
+	default:
+		return history.Actor{}, &apiError{status: http.StatusBadRequest,
+			msg: fmt.Sprintf("%s kind %q is none of user, admin, culler, service, hub", field, a.Kind), field: field}
+	}
+	if len(a.Name) > maxActorName {
+		return history.Actor{}, &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s name is longer than %d bytes", field, maxActorName), field: field + "_name"}
+	}
+	return *a, nil
 }
 
 func (h *handlers) adminServer(c echo.Context) error {

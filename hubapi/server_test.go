@@ -17,6 +17,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -34,7 +35,7 @@ type fakeServers struct {
 	hints []lifecycle.Hint
 }
 
-func (f *fakeServers) Start(_ context.Context, req spawner.Request) (*lifecycle.Server, error) {
+func (f *fakeServers) Start(_ context.Context, req spawner.Request, _ history.Actor) (*lifecycle.Server, error) {
 	if req.UserOptions["profile"] == "nope" {
 		return nil, &spawner.FieldError{Field: "user_options.profile", Message: `unknown profile "nope"`}
 	}
@@ -48,7 +49,7 @@ func (f *fakeServers) Server(k lifecycle.Key, h lifecycle.Hint) *lifecycle.Serve
 func (f *fakeServers) ServerWithEvents(k lifecycle.Key, _ int) *lifecycle.Server {
 	return &lifecycle.Server{User: k.User, Server: k.Server, Status: lifecycle.StatusRunning}
 }
-func (f *fakeServers) Stop(_ context.Context, k lifecycle.Key, h lifecycle.Hint, _ bool, _ time.Duration) (bool, error) {
+func (f *fakeServers) Stop(_ context.Context, k lifecycle.Key, h lifecycle.Hint, _ bool, _ time.Duration, _ history.Actor) (bool, error) {
 	f.stopped = append(f.stopped, k)
 	f.hints = append(f.hints, h)
 	return true, nil

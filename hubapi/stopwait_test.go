@@ -10,6 +10,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/lifecycle"
 )
 
@@ -19,7 +20,7 @@ type waitServers struct {
 	waits []time.Duration
 }
 
-func (w *waitServers) Stop(_ context.Context, _ lifecycle.Key, _ lifecycle.Hint, _ bool, wait time.Duration) (bool, error) {
+func (w *waitServers) Stop(_ context.Context, _ lifecycle.Key, _ lifecycle.Hint, _ bool, wait time.Duration, _ history.Actor) (bool, error) {
 	w.waits = append(w.waits, wait)
 	return true, nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -42,7 +43,7 @@ func startFollowed(t *testing.T, clk *testingclock.FakeClock) (*fakeWatcher, <-c
 		t.Fatal(err)
 	}
 	w.set("ns1", "jupyter-alice", poll.Status{State: poll.StateRunning, Pod: boundRunningPod("ns1", "jupyter-alice")})
-	if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}); err != nil {
+	if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan []Event, 1)

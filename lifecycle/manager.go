@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/reservation"
 	"github.com/dsmlp/spawner/serverid"
@@ -70,6 +71,12 @@ type Manager struct {
 	loc     *time.Location // for times in progress messages
 	// spark are the Spark clusters; noSpark without them in the configuration.
 	spark SparkClusters
+	rec   Recorder
+	hist  History // nil without a session history
+	// recent is how long List keeps a stopped server; prefix the engine's
+	// annotation prefix.
+	recent time.Duration
+	prefix string
 
 	// settings caches the settings of pods' user_options.
 	settings settingsCache
@@ -133,7 +140,36 @@ type Options struct {
 	// Spark, when set, runs the Spark clusters; otherwise New makes a
 	// sparkcluster.Reconciler if the configuration can declare one.
 	Spark SparkClusters
+	// Recorder, when set, records requested stops in the session history
+	// before the pod is deleted.
+	Recorder Recorder
+	// History, when set, answers for servers whose pod is gone: why the
+	// last session ended, after a restart and on every replica.
+	History History
+	// RecentStops is how long a stopped server stays in List, with its
+	// reason, after its pod is gone. Default 1 h.
+	RecentStops time.Duration
+	// AnnotationPrefix is the reservation engine's annotation prefix, for
+	// the booking and guarantee status of GPU pods.
+	AnnotationPrefix string
 }
+
+// Recorder records stops in the session history; *recorder.Recorder
+// implements it.
+type Recorder interface {
+	StopRequested(ctx context.Context, pod *corev1.Pod, by history.Actor, stopper history.Stopper)
+}
+
+// History is the session history's reading side; *history.Store implements it.
+type History interface {
+	Last(ctx context.Context, user, server string) (history.Session, error)
+	List(ctx context.Context, f history.Filter, p history.Page) (history.SessionPage, error)
+}
+
+// noRecorder records nothing, for a manager without a session history.
+type noRecorder struct{}
+
+func (noRecorder) StopRequested(context.Context, *corev1.Pod, history.Actor, history.Stopper) {}
 
 // New returns a manager for the configuration, writing through client and
 // reading the watcher's cache.
@@ -156,6 +192,10 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 		log: opts.Logger, clock: opts.Clock, metrics: opts.Metrics, gate: opts.SchedulingGate,
 		res: opts.Reservations, loc: cmp.Or(opts.Location, time.Local),
 		spawns: map[Key]*spawn{}, observed: map[Key]*spawn{},
+		rec: opts.Recorder, hist: opts.History, recent: cmp.Or(opts.RecentStops, time.Hour), prefix: opts.AnnotationPrefix,
+	}
+	if m.rec == nil {
+		m.rec = noRecorder{}
 	}
 	if err := m.initSpark(opts.Spark); err != nil {
 		return nil, err
@@ -167,7 +207,7 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 // pod's progress continues in the background and ends in a ready or failed
 // event. Starting a server that is already starting or running adopts it.
 // Bad user options yield a *spawner.FieldError.
-func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, error) {
+func (m *Manager) Start(ctx context.Context, req spawner.Request, by history.Actor) (*Server, error) {
 	key := Key{req.User, req.Server}
 	objs, settings, err := spawner.Build(m.cfg, req)
 	if err != nil {
@@ -181,7 +221,7 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 		cp.StartTimeout = req.StartTimeout
 		settings = &cp
 	}
-	if err := m.markIdentity(objs.Pod, req, settings); err != nil {
+	if err := m.markIdentity(objs.Pod, req, settings, by); err != nil {
 		return nil, err
 	}
 	cluster, err := spawner.BuildSpark(settings, req, objs.Pod)
@@ -261,9 +301,15 @@ func (m *Manager) Start(ctx context.Context, req spawner.Request) (*Server, erro
 // markIdentity writes what any replica needs to know about the spawn onto
 // its pod: the user_options (for its settings), the start deadline, and the
 // finalizer that keeps the pod until its stop is reported.
-func (m *Manager) markIdentity(pod *corev1.Pod, req spawner.Request, s *spawner.Settings) error {
+func (m *Manager) markIdentity(pod *corev1.Pod, req spawner.Request, s *spawner.Settings, by history.Actor) error {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
+	}
+	// Who asked, and when, for the session history: any replica records
+	// it from the pod.
+	pod.Annotations[serverid.AnnotationRequestedBy] = serverid.RequestedBy(string(by.Kind), by.Name, m.clock.Now())
+	if slug := m.cfg.ProfileSlug(req.UserOptions); slug != "" {
+		pod.Annotations[serverid.AnnotationProfile] = slug
 	}
 	if len(req.UserOptions) > 0 {
 		raw, err := json.Marshal(req.UserOptions)
@@ -489,6 +535,9 @@ func (m *Manager) abortSpawn(ctx context.Context, sp *spawn, why, outcome string
 		return
 	}
 	m.watcher.ExpectStop(sp.ref.namespace, sp.ref.name)
+	if st := m.watcher.Status(sp.ref.namespace, sp.ref.name); st.Pod != nil && st.Pod.UID == sp.uid {
+		m.rec.StopRequested(context.WithoutCancel(ctx), st.Pod, history.Actor{Kind: history.ActorHub}, history.StopperStartTimeout)
+	}
 	if err := poll.Release(context.WithoutCancel(ctx), m.client, sp.ref.namespace, sp.ref.name, sp.uid, serverid.StopByTimeout); err != nil {
 		log.Warn("start: marking the pod stopped failed", zap.Error(err))
 	}
@@ -636,7 +685,7 @@ func (m *Manager) observe(key Key) *spawn {
 // Stop deletes the server's pod (grace 0 when now, else delete_grace_period)
 // and waits until it is gone. It reports false if the pod was still going
 // when wait ran out. Stopping an unknown server is not an error.
-func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait time.Duration) (bool, error) {
+func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait time.Duration, by history.Actor) (bool, error) {
 	m.mu.Lock()
 	sp := m.spawns[key]
 	if o := m.observed[key]; o != nil {
@@ -674,9 +723,12 @@ func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait t
 		grace = 0
 	}
 	uid := pod.UID
-	// Marked first, so that whichever replica sees the pod go knows the
-	// hub asked for it; the finalizer goes with the mark.
-	if err := poll.Release(ctx, m.client, ref.namespace, ref.name, uid, serverid.StopByHub); err != nil {
+	// The history has who asked before the pod can go, so a replica that
+	// dies now loses nothing of it.
+	m.rec.StopRequested(ctx, pod, by, history.StopperOf(by))
+	// Marked first, so that whichever replica sees the pod go knows who
+	// asked for it; the finalizer goes with the mark.
+	if err := poll.Release(ctx, m.client, ref.namespace, ref.name, uid, serverid.StopBy(string(by.Kind), by.Name)); err != nil {
 		return false, err
 	}
 	// The cluster goes first, so that its workers do not outlive the

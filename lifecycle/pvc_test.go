@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -218,11 +219,13 @@ func TestStartRemembersThePVCName(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, client, _ := newPVCManager(t, tc.config)
 			key := Key{User: "alice"}
-			srv, err := m.Start(context.Background(), spawner.Request{User: "alice", SavedPVCName: tc.saved})
+			srv, err := m.Start(context.Background(), spawner.Request{User: "alice", SavedPVCName: tc.saved}, history.Actor{Kind: history.ActorUser, Name: "alice"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _, _ = m.Stop(context.Background(), key, Hint{}, true, time.Second) })
+			t.Cleanup(func() {
+				_, _ = m.Stop(context.Background(), key, Hint{}, true, time.Second, history.Actor{Kind: history.ActorHub})
+			})
 			if left := pvcNames(t, client); !equalStrings(left, []string{"ns1/" + tc.want}) {
 				t.Errorf("PVCs %v, want ns1/%s", left, tc.want)
 			}
@@ -251,11 +254,13 @@ kubespawner:
   volume_mounts: [{name: home, mountPath: /home/jovyan}]
 `)
 	key := Key{User: "alice"}
-	srv, err := m.Start(context.Background(), spawner.Request{User: "alice"})
+	srv, err := m.Start(context.Background(), spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = m.Stop(context.Background(), key, Hint{}, true, time.Second) })
+	t.Cleanup(func() {
+		_, _ = m.Stop(context.Background(), key, Hint{}, true, time.Second, history.Actor{Kind: history.ActorHub})
+	})
 	if _, ok := srv.State["pvc_name"]; ok {
 		t.Errorf("state %v names a PVC no spawn ensured", srv.State)
 	}
@@ -277,15 +282,17 @@ func TestEnsurePVCQuotaRefusalOfAnExistingPVC(t *testing.T) {
 	t.Run("exists", func(t *testing.T) {
 		m, client, _ := newPVCManager(t, "", testPVC("ns1", "claim-alice", "alice"))
 		quota(client)
-		if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}); err != nil {
+		if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 			t.Fatalf("start: %v", err)
 		}
-		t.Cleanup(func() { _, _ = m.Stop(context.Background(), Key{User: "alice"}, Hint{}, true, time.Second) })
+		t.Cleanup(func() {
+			_, _ = m.Stop(context.Background(), Key{User: "alice"}, Hint{}, true, time.Second, history.Actor{Kind: history.ActorHub})
+		})
 	})
 	t.Run("missing", func(t *testing.T) {
 		m, client, _ := newPVCManager(t, "")
 		quota(client)
-		if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}); !errors.Is(err, ErrQuota) {
+		if _, err := m.Start(context.Background(), spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); !errors.Is(err, ErrQuota) {
 			t.Fatalf("start: %v, want ErrQuota", err)
 		}
 		if _, err := client.CoreV1().Pods("ns1").Get(context.Background(), "jupyter-alice", metav1.GetOptions{}); !apierrors.IsNotFound(err) {

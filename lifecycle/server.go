@@ -1,12 +1,19 @@
 package lifecycle
 
 import (
+	"context"
+	"errors"
 	"sort"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/recorder"
+	"github.com/dsmlp/spawner/reservation"
+	"github.com/dsmlp/spawner/serverid"
 	"github.com/dsmlp/spawner/sparkcluster"
 	"github.com/dsmlp/spawner/spawner"
 )
@@ -34,6 +41,23 @@ type Server struct {
 	Phase     string     `json:"phase,omitempty"`
 	Created   *time.Time `json:"created,omitempty"`
 	Age       string     `json:"age,omitempty"`
+	// UID is the pod's UID, the key of its session in the history.
+	UID string `json:"uid,omitempty"`
+	// Profile is the profile slug the spawn chose; Image the notebook
+	// container's image.
+	Profile string `json:"profile,omitempty"`
+	Image   string `json:"image,omitempty"`
+	// Course is the workspace (the dsmlp/course label), GPUClass the
+	// gpu-class label.
+	Course   string `json:"course,omitempty"`
+	GPUClass string `json:"gpu_class,omitempty"`
+	// Reservation is the GPU booking or lease the pod runs under and
+	// GuaranteeStatus its runtime guarantee (guaranteed, overstay), from
+	// the reservation engine's annotations.
+	Reservation     string `json:"reservation,omitempty"`
+	GuaranteeStatus string `json:"guarantee_status,omitempty"`
+	// LastEvent is the pod's newest Kubernetes event (admin views only).
+	LastEvent *EventSummary `json:"last_event,omitempty"`
 	// Stopped says why the server stopped, when it did.
 	Stopped *StopReason `json:"stopped,omitempty"`
 	// State is what the hub stores (KubeSpawner's state keys).
@@ -53,6 +77,11 @@ type StopReason struct {
 	ExitCode        int       `json:"exit_code"`
 	At              time.Time `json:"at"`
 	PodDeleted      bool      `json:"pod_deleted"`
+	// Stopper is who or what ended the server (history.Stopper: user,
+	// admin, culler, evicted, oom, ...), when known.
+	Stopper string `json:"stopper,omitempty"`
+	// Why is the end in one sentence, when the history has it.
+	Why string `json:"why,omitempty"`
 }
 
 // EventSummary is one Kubernetes event of a pod.
@@ -86,7 +115,7 @@ func (m *Manager) Server(key Key, hint Hint) *Server {
 	}
 	s.Spark = m.spark.Status(sparkNotebook(key, ref, ""))
 	if st.Pod != nil {
-		describePod(s, st.Pod, m.clockNow())
+		m.describePod(s, st.Pod, m.clockNow())
 	}
 	// Only a PVC the spawn ensured is the server's own (a mounted claim may
 	// be shared), so only that one is named, as in KubeSpawner's get_state.
@@ -120,11 +149,74 @@ func (m *Manager) Server(key Key, hint Hint) *Server {
 	default:
 		if why, ok := m.watcher.LastStop(ref.namespace, ref.name); ok {
 			s.Status, s.ExitCode, s.Stopped, s.Message = StatusStopped, ptrInt(why.ExitCode), stopReason(why), stopMessage(why)
-		} else {
+			m.addHistory(s, key, hint)
+		} else if !m.addHistory(s, key, hint) {
 			s.Status = StatusAbsent
 		}
 	}
+	if s.Stopped != nil && st.Pod != nil && st.Stop != nil && s.Stopped.Stopper == "" {
+		stopper, _ := recorder.Classify(st.Pod, *st.Stop, m.watcher.Events(st.Pod.Namespace, st.Pod.Name))
+		s.Stopped.Stopper = string(stopper)
+	}
 	return s
+}
+
+// historyWait bounds the history read of a poll for a gone pod.
+const historyWait = 2 * time.Second
+
+// addHistory completes a server whose pod is gone from the session
+// history: who or what ended its last session, and why in a sentence. With
+// nothing from memory it makes the server stopped, if the last session
+// ended and is the one the hub knows (hint.UID, when given). It reports
+// whether the history had the server's last session.
+func (m *Manager) addHistory(s *Server, key Key, hint Hint) bool {
+	if m.hist == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), historyWait)
+	defer cancel()
+	last, err := m.hist.Last(ctx, key.User, key.Server)
+	if err != nil {
+		if !errors.Is(err, history.ErrNotFound) {
+			m.log.Warn("poll: reading the session history failed", zap.String("user", key.User), zap.String("server", key.Server), zap.Error(err))
+		}
+		return false
+	}
+	if last.EndedAt == nil || hint.UID != "" && string(hint.UID) != last.UID {
+		return false
+	}
+	if s.Stopped != nil {
+		s.Stopped.Stopper, s.Stopped.Why = string(last.Stopper), history.Why(last, m.loc)
+		return true
+	}
+	fillFromSession(s, last, m.loc)
+	return true
+}
+
+// fillFromSession describes a server from its ended session.
+func fillFromSession(s *Server, last history.Session, loc *time.Location) {
+	s.Status = StatusStopped
+	s.UID, s.Profile, s.Image, s.Course, s.GPUClass, s.Reservation = last.UID, last.Profile, last.Image, last.Course, last.GPUClass, last.Reservation
+	if s.Pod == "" {
+		s.Pod, s.Namespace = last.Pod, last.Namespace
+	}
+	s.Node = last.Node
+	end := history.EndFacts{}
+	if last.End != nil {
+		end = *last.End
+	}
+	code := 1
+	if end.ExitCode != nil {
+		code = *end.ExitCode
+	}
+	s.ExitCode = ptrInt(code)
+	s.Stopped = &StopReason{Phase: end.Phase, Reason: end.Reason, Message: end.Message, ContainerReason: end.ContainerReason,
+		ExitCode: code, At: *last.EndedAt, PodDeleted: true, Stopper: string(last.Stopper), Why: history.Why(last, loc)}
+	s.Message = s.Stopped.Why
+	if last.CreatedAt != nil {
+		created := *last.CreatedAt
+		s.Created = &created
+	}
 }
 
 // ServerWithEvents is Server plus the pod's recent events, for admins.
@@ -154,9 +246,14 @@ func (m *Manager) events(ns, pod string, max int) []EventSummary {
 	return out
 }
 
-// List reports every server whose pod is in the cache, sorted by user and server.
+// maxRecentStops bounds the stopped servers List adds from the history.
+const maxRecentStops = 5000
+
+// List reports every server whose pod is in the cache, and those whose
+// last session ended within RecentStops (with why), sorted by user and
+// server.
 func (m *Manager) List() []*Server {
-	var out []*Server
+	out := []*Server{}
 	seen := map[Key]bool{}
 	for _, pod := range m.watcher.Pods() {
 		user, server, why := identityOf(pod)
@@ -168,8 +265,13 @@ func (m *Manager) List() []*Server {
 			continue
 		}
 		seen[key] = true
-		out = append(out, m.Server(key, Hint{Pod: pod.Name, Namespace: pod.Namespace, UID: pod.UID}))
+		srv := m.Server(key, Hint{Pod: pod.Name, Namespace: pod.Namespace, UID: pod.UID})
+		if evs := m.events(srv.Namespace, srv.Pod, 1); len(evs) == 1 {
+			srv.LastEvent = &evs[0]
+		}
+		out = append(out, srv)
 	}
+	out = append(out, m.recentlyStopped(seen)...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].User != out[j].User {
 			return out[i].User < out[j].User
@@ -179,13 +281,65 @@ func (m *Manager) List() []*Server {
 	return out
 }
 
+// recentlyStopped are the servers without a live pod whose last session
+// ended within m.recent, from the history (newest session per server).
+func (m *Manager) recentlyStopped(live map[Key]bool) []*Server {
+	if m.hist == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), historyWait)
+	defer cancel()
+	now := m.clock.Now()
+	f := history.Filter{Ended: true, Since: now.Add(-m.recent)}
+	var out []*Server
+	page := history.Page{Limit: history.MaxLimit}
+	for n := 0; n < maxRecentStops; {
+		got, err := m.hist.List(ctx, f, page)
+		if err != nil {
+			m.log.Warn("list: reading recently stopped servers from the session history failed", zap.Error(err))
+			return out
+		}
+		for _, sess := range got.Sessions {
+			key := Key{sess.User, sess.Server}
+			if live[key] {
+				continue
+			}
+			live[key] = true
+			s := &Server{User: sess.User, Server: sess.Server, State: map[string]string{}}
+			fillFromSession(s, sess, m.loc)
+			if s.Created != nil {
+				s.Age = now.Sub(*s.Created).Round(time.Second).String()
+			}
+			out = append(out, s)
+		}
+		n += len(got.Sessions)
+		if got.Next == "" {
+			break
+		}
+		page.Cursor = got.Next
+	}
+	return out
+}
+
 func (m *Manager) clockNow() time.Time { return m.clock.Now() }
 
-func describePod(s *Server, pod *corev1.Pod, now time.Time) {
+func (m *Manager) describePod(s *Server, pod *corev1.Pod, now time.Time) {
 	s.Node, s.PodIP, s.Phase = pod.Spec.NodeName, pod.Status.PodIP, string(pod.Status.Phase)
 	created := pod.CreationTimestamp.Time
 	s.Created = &created
 	s.Age = now.Sub(created).Round(time.Second).String()
+	s.UID = string(pod.UID)
+	s.Profile = pod.Annotations[serverid.AnnotationProfile]
+	s.Course, s.GPUClass = pod.Labels[spawner.LabelCourse], pod.Labels[spawner.LabelGPUClass]
+	for _, c := range pod.Spec.Containers {
+		if c.Name == poll.NotebookContainer {
+			s.Image = c.Image
+		}
+	}
+	if m.prefix != "" {
+		s.Reservation = pod.Annotations[m.prefix+reservation.AnnBookingReference]
+		s.GuaranteeStatus = pod.Annotations[m.prefix+reservation.AnnGuaranteeStatus]
+	}
 }
 
 func stopReason(s poll.StopInfo) *StopReason {

@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/serverid"
 	"github.com/dsmlp/spawner/sparkcluster"
@@ -274,7 +275,7 @@ func (f *sparkFixture) progress(key Key) []Event {
 func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 	f := newSparkFixture(t)
 	key := Key{User: "alice"}
-	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}); err != nil {
+	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	uid := f.notebookUID(t)
@@ -324,7 +325,7 @@ func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 
 	// A second start of the running server writes nothing.
 	before := len(f.client.Actions())
-	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}); err != nil {
+	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range f.client.Actions()[before:] {
@@ -344,7 +345,7 @@ func TestSparkStartOwnsObjectsAndWaitsForTheMaster(t *testing.T) {
 		_ = f.client.CoreV1().Pods("ns1").Delete(context.Background(), "jupyter-alice", metav1.DeleteOptions{})
 		f.w.set("ns1", "jupyter-alice", poll.Status{State: poll.StateAbsent})
 	}()
-	gone, err := f.m.Stop(f.ctx, key, Hint{}, false, 10*time.Second)
+	gone, err := f.m.Stop(f.ctx, key, Hint{}, false, 10*time.Second, history.Actor{Kind: history.ActorUser, Name: "alice"})
 	if err != nil || !gone {
 		t.Fatalf("Stop = %v, %v; want gone", gone, err)
 	}
@@ -371,7 +372,7 @@ func TestSparkQuotaRefusesBeforeCreating(t *testing.T) {
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	f := newSparkFixture(t, q, db)
-	_, err := f.m.Start(f.ctx, spawner.Request{User: "alice"})
+	_, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"})
 	if !errors.Is(err, ErrQuota) {
 		t.Fatalf("Start = %v, want ErrQuota", err)
 	}
@@ -397,7 +398,7 @@ func TestSparkQuotaStaleUsageLetsTheStartThrough(t *testing.T) {
 		Status:     corev1.ResourceQuotaStatus{Hard: hard, Used: rl("requests.cpu", "3")},
 	}
 	f := newSparkFixture(t, q)
-	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}); err != nil {
+	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 		t.Fatalf("Start = %v, want it to go ahead", err)
 	}
 	if f.writes("create", "deployments") != 2 {
@@ -408,7 +409,7 @@ func TestSparkQuotaStaleUsageLetsTheStartThrough(t *testing.T) {
 func TestSparkReplicaFailureFailsTheSpawnAndRemovesAll(t *testing.T) {
 	f := newSparkFixture(t)
 	key := Key{User: "alice"}
-	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}); err != nil {
+	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	uid := f.notebookUID(t)
@@ -444,7 +445,7 @@ func TestSparkReplicaFailureFailsTheSpawnAndRemovesAll(t *testing.T) {
 
 func TestSparkReconcile(t *testing.T) {
 	f := newSparkFixture(t)
-	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}); err != nil {
+	if _, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	uid := f.notebookUID(t)
@@ -483,7 +484,7 @@ func TestSparkConflictWithAnotherServer(t *testing.T) {
 		Labels:      map[string]string{spawner.LabelSparkCluster: "jupyter-bob"},
 		Annotations: map[string]string{spawner.AnnotationSpawnerUser: "bob", spawner.AnnotationSpawnerServer: ""}}}
 	f := newSparkFixture(t, theirs)
-	_, err := f.m.Start(f.ctx, spawner.Request{User: "alice"})
+	_, err := f.m.Start(f.ctx, spawner.Request{User: "alice"}, history.Actor{Kind: history.ActorUser, Name: "alice"})
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), `of user "bob"`) {
 		t.Fatalf("Start = %v, want a conflict naming bob", err)
 	}

@@ -78,6 +78,9 @@ type StopInfo struct {
 	ExitCode        int       // notebook container's exit code, else 1
 	At              time.Time // when it stopped (container finish, else first seen stopped)
 	PodDeleted      bool      // the pod object is gone
+	// Terminated: the notebook container has a terminated state, so
+	// ExitCode and ContainerReason are its own, not defaults.
+	Terminated bool
 }
 
 // Status is the state of one notebook pod as the cache shows it.
@@ -168,6 +171,7 @@ func stopInfoOf(pod *corev1.Pod, term *corev1.ContainerStateTerminated) *StopInf
 		ExitCode: defaultExitCode,
 	}
 	if term != nil {
+		info.Terminated = true
 		info.ExitCode = int(term.ExitCode)
 		info.ContainerReason = term.Reason
 		if info.Message == "" {
@@ -198,3 +202,17 @@ func deletedStopInfo(pod *corev1.Pod) *StopInfo {
 	info.PodDeleted = true
 	return info
 }
+
+// StopOf applies the stopped rule to a pod: its stop, and true, if it is
+// stopped (phase Failed or Succeeded, or a terminated notebook container).
+func StopOf(pod *corev1.Pod) (StopInfo, bool) {
+	state, info := classify(pod)
+	if state != StateStopped {
+		return StopInfo{}, false
+	}
+	return *info, true
+}
+
+// EndOf describes how a pod that is gone, or being deleted, ended, from its
+// last known state: its stop if it was stopped, else ReasonDeleted.
+func EndOf(pod *corev1.Pod) StopInfo { return *deletedStopInfo(pod) }

@@ -33,13 +33,13 @@ func TestStatusStoppedRule(t *testing.T) {
 			pod:          newPod("oom").running(false).terminated(137, "OOMKilled", finished).obj(),
 			wantState:    StateStopped,
 			wantExitCode: 137,
-			wantStop:     &StopInfo{Phase: "Running", ContainerReason: "OOMKilled", ExitCode: 137, At: finished},
+			wantStop:     &StopInfo{Phase: "Running", ContainerReason: "OOMKilled", ExitCode: 137, At: finished, Terminated: true},
 		},
 		"succeeded, notebook completed with 0": {
 			pod:          newPod("done").phase(corev1.PodSucceeded).terminated(0, "Completed", finished).obj(),
 			wantState:    StateStopped,
 			wantExitCode: 0,
-			wantStop:     &StopInfo{Phase: "Succeeded", ContainerReason: "Completed", ExitCode: 0, At: finished},
+			wantStop:     &StopInfo{Phase: "Succeeded", ContainerReason: "Completed", ExitCode: 0, At: finished, Terminated: true},
 		},
 		"failed without container statuses (OutOfcpu)": {
 			pod:          newPod("outofcpu").phase(corev1.PodFailed).reason("OutOfcpu", "Pod Node didn't have enough resource: cpu").obj(),

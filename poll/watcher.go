@@ -90,6 +90,10 @@ type Options struct {
 	Notifier Notifier
 	// Clock defaults to the real clock.
 	Clock clock.PassiveClock
+	// OnStop, when set, is told of every stop the reaction handles, before
+	// the hub is told and the pod is released: the session history records
+	// the end while the pod still exists, so a failover loses nothing.
+	OnStop func(ctx context.Context, pod *corev1.Pod, info StopInfo)
 }
 
 // Watcher keeps informer caches of notebook pods and their events, answers
@@ -125,6 +129,8 @@ type stopRecord struct {
 	// requested: someone asked for the stop (serverid.AnnotationStopRequested).
 	requested bool
 	at        time.Time
+	// toldOnStop: Options.OnStop has been called.
+	toldOnStop bool
 }
 
 type gonePod struct {
@@ -263,6 +269,18 @@ func (w *Watcher) newSpace(ns string) (*space, error) {
 	sp.eventsRf = cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client),
 		&corev1.Event{}, sp.events, cache.ReflectorOptions{Name: "poll-events-" + cmp.Or(ns, "all")})
 	return sp, nil
+}
+
+// AddPodHandler adds a handler to the pod informer of every watched
+// namespace (the session history observes the pods this way). Add it
+// before Run.
+func (w *Watcher) AddPodHandler(h cache.ResourceEventHandler) error {
+	for ns, sp := range w.spaces {
+		if _, err := sp.pods.AddEventHandler(h); err != nil {
+			return fmt.Errorf("adding a pod handler for namespace %q: %w", ns, err)
+		}
+	}
+	return nil
 }
 
 // spaceOf returns the space that watches namespace ns, nil if none does.
@@ -707,6 +725,7 @@ func (w *Watcher) enforceDeadline(ctx context.Context, key cache.ObjectName, pod
 
 func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *corev1.Pod, info *StopInfo) error {
 	rec := w.recordStop(key, pod.UID, serverRefOf(pod), *info, false, requestedStop(pod))
+	w.tellOnStop(ctx, pod, rec)
 	var delErr error
 	w.mu.Lock()
 	deleted := rec.deleted || pod.DeletionTimestamp != nil
@@ -731,6 +750,21 @@ func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *c
 		}
 	}
 	return delErr
+}
+
+// tellOnStop hands a stop to Options.OnStop once per pod UID.
+func (w *Watcher) tellOnStop(ctx context.Context, pod *corev1.Pod, rec *stopRecord) {
+	if w.opts.OnStop == nil {
+		return
+	}
+	w.mu.Lock()
+	told := rec.toldOnStop
+	rec.toldOnStop = true
+	info := rec.info
+	w.mu.Unlock()
+	if !told {
+		w.opts.OnStop(ctx, pod, info)
+	}
 }
 
 // requestedStop reports whether someone asked for the pod to stop (the hub,
@@ -773,7 +807,8 @@ func (w *Watcher) reactGone(ctx context.Context, key cache.ObjectName, g gonePod
 		info.At = g.at
 	}
 	if owned, _ := w.owns(g.pod); owned {
-		w.recordStop(key, g.pod.UID, serverRefOf(g.pod), *info, true, requestedStop(g.pod))
+		rec := w.recordStop(key, g.pod.UID, serverRefOf(g.pod), *info, true, requestedStop(g.pod))
+		w.tellOnStop(ctx, g.pod, rec)
 		if err := w.notify(ctx, g.pod.UID); err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ package serverid
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,17 +34,44 @@ const (
 	// AnnotationStopRequested says who asked for the pod to go (the hub,
 	// a timed-out spawn): such a stop is not reported back to the hub.
 	AnnotationStopRequested = "spawner.dsmlp.io/stop-requested"
+	// AnnotationProfile is the slug of the profile the spawn chose.
+	AnnotationProfile = "spawner.dsmlp.io/profile"
+	// AnnotationRequestedBy says who asked the hub for the spawn and when,
+	// as JSON {"kind", "name", "at"}: the session history's "requested".
+	AnnotationRequestedBy = "spawner.dsmlp.io/requested-by"
 	// FinalizerStopReport keeps a stopped or deleted pod in the API until
 	// the hub has been told about it, so a stop seen by a replica that dies
 	// before telling the hub is still there for the next leader.
 	FinalizerStopReport = "spawner.dsmlp.io/stop-report"
 )
 
-// Stop requesters written into AnnotationStopRequested.
+// Stop requesters written into AnnotationStopRequested. A stop asked for
+// through the hub by someone it knows is written "<kind>:<name>" (see
+// StopBy), e.g. "admin:bob" or "culler:idle-culler".
 const (
 	StopByHub     = "hub"
 	StopByTimeout = "start-timeout"
 )
+
+// StopBy is the AnnotationStopRequested value for a stop asked for by a
+// requester of that kind and name ("" name: the kind alone).
+func StopBy(kind, name string) string {
+	if name == "" {
+		return kind
+	}
+	return kind + ":" + name
+}
+
+// StopRequester splits an AnnotationStopRequested value into the
+// requester's kind and name; ok is false when the pod has none.
+func StopRequester(pod *corev1.Pod) (kind, name string, ok bool) {
+	v, ok := pod.Annotations[AnnotationStopRequested]
+	if !ok {
+		return "", "", false
+	}
+	kind, name, _ = strings.Cut(v, ":")
+	return kind, name, true
+}
 
 // Key is the label-safe stable key of a hub server: 40 hex digits of the
 // SHA-256 of the raw user and server names.
@@ -81,4 +110,32 @@ func HasFinalizer(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// requestedBy is AnnotationRequestedBy's value.
+type requestedBy struct {
+	Kind string    `json:"kind"`
+	Name string    `json:"name,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// RequestedBy is the AnnotationRequestedBy value for a spawn asked for by a
+// requester of that kind and name at that time.
+func RequestedBy(kind, name string, at time.Time) string {
+	raw, _ := json.Marshal(requestedBy{Kind: kind, Name: name, At: at.UTC()}) // cannot fail: strings and a time
+	return string(raw)
+}
+
+// Requester reads AnnotationRequestedBy; ok is false when the pod has no
+// readable one.
+func Requester(pod *corev1.Pod) (kind, name string, at time.Time, ok bool) {
+	raw, ok := pod.Annotations[AnnotationRequestedBy]
+	if !ok {
+		return "", "", time.Time{}, false
+	}
+	var v requestedBy
+	if err := json.Unmarshal([]byte(raw), &v); err != nil || v.At.IsZero() || v.Kind == "" {
+		return "", "", time.Time{}, false
+	}
+	return v.Kind, v.Name, v.At, true
 }

@@ -444,6 +444,21 @@ func (c *Config) defaultProfile() *Profile {
 	return nil
 }
 
+// ProfileSlug is the slug of the profile user_options select: the one
+// named, else the default one; "" without profiles or for an unknown name.
+func (c *Config) ProfileSlug(userOptions map[string]any) string {
+	if slug, err := userOptionsView(userOptions).get("profile"); err == nil && slug != "" {
+		if c.profile(slug) != nil {
+			return slug
+		}
+		return ""
+	}
+	if p := c.defaultProfile(); p != nil {
+		return p.Slug
+	}
+	return ""
+}
+
 // Resolve applies user_options (profile + options) to the base settings and
 // returns the effective settings. Overrides apply in KubeSpawner's order:
 // the profile's kubespawner_override, then each option's choice. Bad input

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -30,6 +31,7 @@ import (
 	"github.com/dsmlp/spawner/leader"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/recorder"
 	"github.com/dsmlp/spawner/spawner"
 )
 
@@ -129,6 +131,10 @@ func serve(args []string) error {
 	rf.register(fs)
 	var sf stopFlags
 	sf.register(fs)
+	var hf historyFlags
+	hf.register(fs)
+	var cf consoleFlags
+	cf.register(fs)
 	_ = fs.Parse(args)
 	uniqueIdentity(fs, &rf.identity)
 	if *configPath == "" {
@@ -210,22 +216,45 @@ func serve(args []string) error {
 	if notifier != nil {
 		watcherOpts.Notifier = notifier
 	}
-	watcher, err := poll.New(client, watcherOpts)
-	if err != nil {
-		return err
-	}
 	resCfg, err := parseReservation(cfg.Reservation)
 	if err != nil {
 		return err
 	}
+	prefix := ""
+	if resCfg != nil {
+		prefix = resCfg.AnnotationPrefix
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	store, err := hf.open(ctx, log.Named("history"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	// The watcher and the recorder need each other: the recorder reads the
+	// watcher's cache, the watcher tells the recorder of every stop.
+	var rec *recorder.Recorder
+	watcherOpts.OnStop = func(ctx context.Context, pod *corev1.Pod, info poll.StopInfo) { rec.Stopped(ctx, pod, info) }
+	watcher, err := poll.New(client, watcherOpts)
+	if err != nil {
+		return err
+	}
+	rec, err = recorder.New(recorder.Options{Store: store, AnnotationPrefix: prefix, Events: watcher.Events, Pods: watcher.Pods,
+		Owns: watcherOpts.Owns, Elected: watcherOpts.Elected, Logger: log.Named("history")})
+	if err != nil {
+		return err
+	}
+	if err := watcher.AddPodHandler(rec.Handler()); err != nil {
+		return err
+	}
+	rf.onEvict = rec.EngineStopped
 	// The engine comes first: a waiting GPU spawn's progress reads it.
 	gpu, err := rf.start(ctx, resCfg, restCfg, client, base.Namespace, reg, log)
 	if err != nil {
 		return err
 	}
-	mopts := lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg)}
+	mopts := lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg),
+		Recorder: rec, History: store, RecentStops: hf.recentStops, AnnotationPrefix: prefix}
 	if resCfg != nil {
 		mopts.SchedulingGate = resCfg.SchedulingGate
 		// Progress gives times in the engine's zone, as its events do.
@@ -246,21 +275,40 @@ func serve(args []string) error {
 		Servers: manager, Auth: auth, Profiles: cfg.Profiles,
 		Ready:    ready,
 		StopWait: *stopWait, Logger: log.Named("hubapi"), Registry: reg,
+		History: store, Location: mopts.Location,
 	}
 	if gpu != nil {
 		apiOpts.Reservations = gpu.controller
 		apiOpts.Ready = func() bool { return ready() && gpu.controller.HasSynced() }
 	}
 	api := hubapi.New(apiOpts)
+	parts := consoleParts{hubAPI: *hubAPI, hubTokenFile: *hubTokenFile, cookieSecret: secret,
+		servers: manager, history: store, cfg: cfg, location: mopts.Location}
+	if gpu != nil {
+		parts.reservations = gpu.controller
+	}
+	handler, err := cf.handler(api, parts, log.Named("console"))
+	if err != nil {
+		return err
+	}
 
 	watchErr := make(chan error, 4)
 	go health.run(ctx, client, 2*time.Second)
 	go func() { watchErr <- watcher.Run(ctx) }()
+	recDone := make(chan struct{})
+	go func() {
+		defer close(recDone)
+		_ = rec.Run(ctx)
+	}()
+	go hf.purgeLoop(ctx, store, watcher.Leading, log.Named("history"))
 	leaderDone := make(chan struct{})
 	if watcherOpts.Elected {
 		go func() {
 			defer close(leaderDone)
-			watchErr <- leader.Run(ctx, client, leaseOpts, watcher.SetLeading)
+			watchErr <- leader.Run(ctx, client, leaseOpts, func(leading bool) {
+				watcher.SetLeading(leading)
+				rec.SetLeading(leading)
+			})
 		}()
 	} else {
 		close(leaderDone)
@@ -269,7 +317,7 @@ func serve(args []string) error {
 	if gpu != nil {
 		go func() { watchErr <- gpu.controller.Run(ctx) }()
 	}
-	srv := limits.newServer(api)
+	srv := limits.newServer(handler)
 	srv.Addr = *listen
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ListenAndServe() }()
@@ -297,7 +345,13 @@ func serve(args []string) error {
 	if gpu != nil && gpu.webhook != nil {
 		_ = gpu.webhook.Shutdown(shutdownCtx)
 	}
-	return srv.Shutdown(shutdownCtx)
+	err = srv.Shutdown(shutdownCtx)
+	// The recorder writes what is queued before the store closes.
+	select {
+	case <-recDone:
+	case <-time.After(5 * time.Second):
+	}
+	return err
 }
 
 // serverLimits bound what one client can hold of the API and webhook

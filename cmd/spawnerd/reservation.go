@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +31,8 @@ import (
 // admission webhook; both run only when the configuration file has a
 // reservation section.
 type reservationFlags struct {
+	// onEvict is told of the engine's evictions (the session history).
+	onEvict                         func(ctx context.Context, pod *corev1.Pod, reason, message string)
 	namespace, identity             string
 	leaderElect                     bool
 	tick                            time.Duration
@@ -105,7 +108,7 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	}
 	ctl, err := gpucontroller.New(rclient, reservationstore.New(dyn, 10*time.Minute), gpucontroller.Options{
 		Config: *cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, EventsClient: eclient,
-		Logger: log.Named("reservation"), Registry: reg,
+		Logger: log.Named("reservation"), Registry: reg, OnEvict: f.onEvict,
 	})
 	if err != nil {
 		return nil, err

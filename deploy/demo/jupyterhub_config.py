@@ -9,7 +9,11 @@ Everything is read from the environment, with defaults for a single-machine demo
   PROXY_SHOULD_START=1     0: use an already running proxy (CONFIGPROXY_AUTH_TOKEN must match)
   SPAWNERD_URL=http://127.0.0.1:8090
   SPAWNERD_SHARED_SECRET   or SPAWNERD_SHARED_SECRET_FILE: the secret shared with spawnerd
-  SPAWNERD_HUB_TOKEN       API token spawnerd uses to call the hub (token-only service "spawnerd")
+  SPAWNERD_HUB_TOKEN       API token of the hub service "spawnerd": spawnerd tells the hub of stops with it,
+                           and its console (/services/spawnerd/) logs users in through the hub's OAuth
+  SPAWNERD_CONSOLE_URL     where the proxy reaches spawnerd's console, default $SPAWNERD_URL
+  HUB_CONSOLE_USERS        comma-separated users (not admins) who may use spawnerd's console
+  HUB_CULLER_TOKEN         token of service "idle-culler" (the idle culler's scopes), for a culler
   DEMO_HUB_ADMIN_TOKEN     demo only: token of service "demo-admin", which lists and stops every
                            server (hack/hub-stop-servers.py on Ctrl-C, the demo test)
   HUB_CONNECT_URL          how notebook servers reach the hub, default http://127.0.0.1:$HUB_PORT
@@ -91,22 +95,50 @@ c.Spawner.http_timeout = env_int("HUB_HTTP_TIMEOUT", 30)
 c.Spawner.poll_interval = env_int("HUB_POLL_INTERVAL", 30)
 
 # --- spawnerd's own identity at the hub --------------------------------------
-# A token-only service: the hub neither starts nor proxies it. spawnerd's one
-# call is DELETE /users/{name}/server[s/{server}] when a server stopped on its
-# own, which needs delete:servers and nothing else (routes are checked with
-# the proxy's own token).
+# An external service: the hub does not start it, but proxies its console at
+# /services/spawnerd/ and lists it in the Services menu. spawnerd's one API
+# call with its own token is DELETE /users/{name}/server[s/{server}] when a
+# server stopped on its own, which needs delete:servers and nothing else
+# (routes are checked with the proxy's own token). Its console logs users in
+# through the hub's OAuth: hub admins, and users with the custom scope below,
+# get the console; every other user the status page. The console's stop
+# button calls the hub with the admin's own token (admin:servers), so the hub
+# records who stopped the server.
 services, roles = [], []
+CONSOLE_SCOPE = "custom:spawnerd:console"
+c.JupyterHub.custom_scopes = {
+    CONSOLE_SCOPE: {"description": "Use spawnerd's console: every server, the session history, the GPU classes."},
+}
 
 
-def token_service(name, env_var, description, scopes):
-    """A token-only service whose token is in env_var, with a role of its own."""
+def token_service(name, env_var, description, scopes, **extra):
+    """A service whose token is in env_var, with a role of its own."""
     token = os.environ.get(env_var)
     if token:
-        services.append({"name": name, "api_token": token})
+        services.append({"name": name, "api_token": token, **extra})
         roles.append({"name": name, "description": description, "services": [name], "scopes": scopes})
+    return bool(token)
 
 
-token_service("spawnerd", "SPAWNERD_HUB_TOKEN", "spawnerd: tell the hub a server stopped", ["delete:servers"])
+console = token_service(
+    "spawnerd",
+    "SPAWNERD_HUB_TOKEN",
+    "spawnerd: tell the hub a server stopped",
+    ["delete:servers"],
+    url=env("SPAWNERD_CONSOLE_URL", env("SPAWNERD_URL", "http://127.0.0.1:8090")),
+    display=True,
+    oauth_no_confirm=True,
+    oauth_client_allowed_scopes=[CONSOLE_SCOPE, "admin:servers"],
+)
+if console:
+    # Every user may log in to the service, for the status page.
+    roles.append({"name": "user", "scopes": ["self", "access:services!service=spawnerd"]})
+    console_users = [u for u in os.environ.get("HUB_CONSOLE_USERS", "").split(",") if u]
+    if console_users:
+        roles.append({"name": "spawnerd-console", "description": "spawnerd's console, without being a hub admin",
+                      "scopes": [CONSOLE_SCOPE], "users": console_users})
+# The idle culler's scopes (jupyterhub-idle-culler's documentation).
+token_service("idle-culler", "HUB_CULLER_TOKEN", "the idle culler", ["list:users", "read:users:activity", "read:servers", "delete:servers"])
 # Demo only: what hack/hub-stop-servers.py needs to stop every server on Ctrl-C.
 token_service("demo-admin", "DEMO_HUB_ADMIN_TOKEN", "demo: list users and stop their servers",
               ["list:users", "read:servers", "delete:servers"])

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,22 +14,29 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/hubapi"
+	"github.com/dsmlp/spawner/lifecycle"
 )
 
 // apiClient calls spawnerd's API as the hub-side spawner class does, from
 // many goroutines at once: every request carries an HS256 token for its user,
 // over kept-alive loopback connections.
 type apiClient struct {
-	base   string
+	api    *apiclient.Client
 	secret []byte
 	http   *http.Client
 }
 
 func newAPIClient(api *harness.Spawnerd, conns int) *apiClient {
 	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute}
-	return &apiClient{base: api.URL, secret: api.Secret, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	c, err := apiclient.New(api.URL, apiclient.User{}, apiclient.SharedSecret(api.Secret), apiclient.WithHTTPClient(hc))
+	if err != nil {
+		panic(fmt.Sprintf("the harness's spawnerd URL %q: %v", api.URL, err)) // the harness makes it
+	}
+	return &apiClient{api: c, secret: api.Secret, http: hc}
 }
 
 // token signs what the hub-side class signs (harness.Token, without a testing.TB).
@@ -42,70 +48,36 @@ func (c *apiClient) token(user string) (string, error) {
 	return tok, nil
 }
 
-// do sends one request and returns the status and body of the answer.
+// do sends one request with a token signed beforehand (so that signing is
+// not in a measured latency) and returns the status and body of the answer.
 func (c *apiClient) do(ctx context.Context, method, path, token string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	signed := func(context.Context, apiclient.User) (string, error) { return token, nil }
+	api, err := apiclient.New(c.api.URL(), apiclient.User{}, signed, apiclient.WithHTTPClient(c.http))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	return resp.StatusCode, data, nil
+	return api.Do(ctx, method, path, rd, apiclient.User{})
 }
 
 // start asks for a user's default server with the body the hub sends.
 func (c *apiClient) start(ctx context.Context, user string) error {
-	tok, err := c.token(user)
-	if err != nil {
-		return err
-	}
-	body, err := json.Marshal(startBody(user))
-	if err != nil {
-		return err
-	}
-	code, data, err := c.do(ctx, http.MethodPost, harness.ServerPath(user, ""), tok, body)
-	if err != nil {
-		return err
-	}
-	if code != http.StatusAccepted && code != http.StatusOK {
-		return fmt.Errorf("start %s: status %d: %s", user, code, data)
+	if _, err := c.api.As(apiclient.User{Name: user}).Start(ctx, user, "", startBody(user)); err != nil {
+		return fmt.Errorf("start %s: %w", user, err)
 	}
 	return nil
 }
 
 // server polls a user's default server.
 func (c *apiClient) server(ctx context.Context, user string) (harness.ServerModel, error) {
-	var m harness.ServerModel
-	tok, err := c.token(user)
+	m, err := c.api.As(apiclient.User{Name: user}).Poll(ctx, user, "", lifecycle.Hint{})
 	if err != nil {
-		return m, err
+		return harness.ServerModel{}, fmt.Errorf("poll %s: %w", user, err)
 	}
-	code, data, err := c.do(ctx, http.MethodGet, harness.ServerPath(user, ""), tok, nil)
-	if err != nil {
-		return m, err
-	}
-	if code != http.StatusOK {
-		return m, fmt.Errorf("poll %s: status %d: %s", user, code, data)
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("poll %s: decoding %q: %w", user, data, err)
-	}
-	return m, nil
+	return *m, nil
 }
 
 // awaitRunning polls the users' servers until every one reports running and
@@ -167,12 +139,8 @@ func (c *apiClient) awaitRunning(ctx context.Context, users []string, ready func
 }
 
 // startBody is what the hub-side spawner class posts: get_env() and the token.
-func startBody(user string) map[string]any {
-	return map[string]any{
-		"env":          hubEnv(user),
-		"user_options": nil,
-		"api_token":    "tok-" + user,
-	}
+func startBody(user string) hubapi.StartRequest {
+	return hubapi.StartRequest{Env: hubEnv(user), APIToken: "tok-" + user}
 }
 
 func hubEnv(user string) map[string]string {

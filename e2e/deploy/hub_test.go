@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,9 +24,12 @@ import (
 // hubValues is the part of zero-to-jupyterhub's values the hub side of spawnerd sets.
 type hubValues struct {
 	Hub struct {
+		// Config is hub.config: traitlets configuration, class → trait → value.
+		Config      map[string]map[string]any `json:"config"`
 		ExtraConfig map[string]string         `json:"extraConfig"`
 		Services    map[string]map[string]any `json:"services"`
 		LoadRoles   map[string]struct {
+			Name     string   `json:"name"`
 			Services []string `json:"services"`
 			Scopes   []string `json:"scopes"`
 		} `json:"loadRoles"`
@@ -67,15 +71,7 @@ func TestHelmInstall(t *testing.T) {
 	}
 	installed := decode(t, []byte(manifestText))
 
-	const begin, end = "# zero-to-jupyterhub values: begin\n", "# zero-to-jupyterhub values: end\n"
-	_, block, ok := strings.Cut(notes, begin)
-	if ok {
-		block, _, ok = strings.Cut(block, end)
-	}
-	if !ok {
-		t.Fatalf("NOTES lack the values between %q and %q:\n%s", begin, end, notes)
-	}
-	checkHubValues(t, []byte(block), installed)
+	checkHubValues(t, notesValues(t, notes), installed)
 	for _, want := range []string{
 		"kubectl -n " + ns + " rollout status deployment/" + release,
 		"--set-file hub.services.spawnerd.apiToken=<(kubectl -n " + ns + " get secret " + release + " -o jsonpath='{.data.hub-token}' | base64 -d)",
@@ -112,13 +108,43 @@ func TestHelmInstall(t *testing.T) {
 	if string(s.Data["shared-secret"]) != "rotated" || !bytes.Equal(s.Data["hub-token"], current.Data["hub-token"]) {
 		t.Errorf("upgrade with a new shared secret: shared-secret %q, hub-token kept %v", s.Data["shared-secret"], bytes.Equal(s.Data["hub-token"], current.Data["hub-token"]))
 	}
+
+	// Without the console, the NOTES' values make spawnerd a token-only
+	// service again (a dry run into a namespace of its own).
+	out, err = helm(t, "install", release, chartDir(), "--namespace", "console-off", "--dry-run=client", "--set", "console.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifestText, notes, ok = strings.Cut(out, "\nNOTES:\n")
+	if !ok {
+		t.Fatalf("no NOTES in the dry run's output:\n%s", out)
+	}
+	_, manifestText, _ = strings.Cut(manifestText, "\nMANIFEST:\n")
+	checkHubValues(t, notesValues(t, notes), decode(t, []byte(manifestText)))
+}
+
+// notesValues is the zero-to-jupyterhub values block of the chart's NOTES.
+func notesValues(t *testing.T, notes string) []byte {
+	t.Helper()
+	const begin, end = "# zero-to-jupyterhub values: begin\n", "# zero-to-jupyterhub values: end\n"
+	_, block, ok := strings.Cut(notes, begin)
+	if ok {
+		block, _, ok = strings.Cut(block, end)
+	}
+	if !ok {
+		t.Fatalf("NOTES lack the values between %q and %q:\n%s", begin, end, notes)
+	}
+	return []byte(block)
 }
 
 // checkHubValues proves that zero-to-jupyterhub values make the hub use
 // spawnerd as rendered in m: the extraConfig, run as the hub runs it, sets
 // the spawner class, spawnerd's Service URL and a secret file that the extra
-// volumes mount from spawnerd's Secret; the token-only service and its role
-// are declared with exactly the scopes spawnerd needs.
+// volumes mount from spawnerd's Secret; the service and its role are
+// declared with exactly the scopes spawnerd needs; with spawnerd's console
+// the hub proxies the service's prefix to spawnerd's Service, lets the
+// console's OAuth client ask for the console scope, which it defines, and
+// lets every user log in to it.
 func checkHubValues(t *testing.T, data []byte, m manifest) {
 	t.Helper()
 	var v hubValues
@@ -159,12 +185,30 @@ func checkHubValues(t *testing.T, data []byte, m manifest) {
 	if !ok {
 		t.Fatalf("hub.services has no spawnerd: %v", v.Hub.Services)
 	}
-	for _, k := range []string{"url", "command"} {
-		if _, ok := svcDef[k]; ok {
-			t.Errorf("hub.services.spawnerd.%s is set: a token-only service has none", k)
+	// The hub never starts spawnerd.
+	if _, ok := svcDef["command"]; ok {
+		t.Errorf("hub.services.spawnerd.command is set: spawnerd is an external service")
+	}
+	if _, ok := svcDef["apiToken"]; !ok {
+		t.Errorf("hub.services.spawnerd has no apiToken (its value is given with --set-file)")
+	}
+	args := map[string]string{}
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		if flag, value, ok := strings.Cut(a, "="); ok {
+			args[flag] = value
 		}
 	}
-	// spawnerd's one hub call is stopping a server (e2e/hub/hubscope_test.go).
+	if args["--console-prefix"] == "" {
+		for _, k := range []string{"url", "display", "oauth_no_confirm", "oauth_client_allowed_scopes"} {
+			if _, ok := svcDef[k]; ok {
+				t.Errorf("hub.services.spawnerd.%s is set without spawnerd's console: a token-only service has none", k)
+			}
+		}
+	} else {
+		checkConsoleValues(t, v, svcDef, args, wantURL)
+	}
+	// spawnerd's one hub call with its own token is stopping a server
+	// (e2e/hub/hubscope_test.go); the console acts with users' tokens.
 	wantScopes := []string{"delete:servers"}
 	var granted []string
 	for _, r := range v.Hub.LoadRoles {
@@ -175,6 +219,66 @@ func checkHubValues(t *testing.T, data []byte, m manifest) {
 	slices.Sort(granted)
 	if !reflect.DeepEqual(granted, wantScopes) {
 		t.Errorf("roles grant spawnerd %v, want %v", granted, wantScopes)
+	}
+}
+
+// checkConsoleValues checks the hub side of spawnerd's console against the
+// flags spawnerd runs with.
+func checkConsoleValues(t *testing.T, v hubValues, svcDef map[string]any, args map[string]string, wantURL string) {
+	t.Helper()
+	// The proxy forwards the service's prefix, path unchanged, to its url.
+	if got := svcDef["url"]; got != wantURL {
+		t.Errorf("hub.services.spawnerd.url = %v, want spawnerd's Service %s", got, wantURL)
+	}
+	for _, k := range []string{"display", "oauth_no_confirm"} {
+		if got := svcDef[k]; got != true {
+			t.Errorf("hub.services.spawnerd.%s = %v, want true", k, got)
+		}
+	}
+	// The hub names the service's prefix and OAuth client after it.
+	base := args["--hub-base-url"]
+	if want := base + "services/spawnerd/"; args["--console-prefix"] != want {
+		t.Errorf("spawnerd's --console-prefix is %q, the hub serves service spawnerd at %q", args["--console-prefix"], want)
+	}
+	if want := base + "hub/"; args["--hub-public-prefix"] != want {
+		t.Errorf("spawnerd's --hub-public-prefix is %q, the hub's is %q", args["--hub-public-prefix"], want)
+	}
+	if got := args["--oauth-client-id"]; got != "service-spawnerd" {
+		t.Errorf("spawnerd's --oauth-client-id is %q, the hub's client of service spawnerd is service-spawnerd", got)
+	}
+	// The OAuth login needs the hub and spawnerd's token (the client secret).
+	if args["--hub-api-url"] == "" || args["--hub-token-file"] == "" {
+		t.Errorf("spawnerd runs its console without the hub's API or its token: %v", args)
+	}
+	scope := args["--console-scope"]
+	var allowed []string
+	if list, ok := svcDef["oauth_client_allowed_scopes"].([]any); ok {
+		for _, s := range list {
+			allowed = append(allowed, fmt.Sprint(s))
+		}
+	}
+	slices.Sort(allowed)
+	if want := []string{"admin:servers", scope}; !reflect.DeepEqual(allowed, want) {
+		t.Errorf("hub.services.spawnerd.oauth_client_allowed_scopes = %v, want %v", allowed, want)
+	}
+	// The hub refuses a custom scope it does not define.
+	scopes, _ := v.Hub.Config["JupyterHub"]["custom_scopes"].(map[string]any)
+	def, _ := scopes[scope].(map[string]any)
+	if desc, _ := def["description"].(string); desc == "" {
+		t.Errorf("hub.config.JupyterHub.custom_scopes = %v: want %s with a description", scopes, scope)
+	}
+	// Every user may log in to the console (the status page), and keeps
+	// the default role's own scope.
+	var user []string
+	for key, r := range v.Hub.LoadRoles {
+		if cmp.Or(r.Name, key) == "user" {
+			user = r.Scopes
+		}
+	}
+	for _, want := range []string{"self", "access:services!service=spawnerd"} {
+		if !slices.Contains(user, want) {
+			t.Errorf("the user role's scopes %v lack %s", user, want)
+		}
 	}
 }
 

@@ -9,8 +9,9 @@ import (
 )
 
 // TestNetworkPolicy applies the chart's NetworkPolicy and reads it back from
-// the API server: ingress only from the hub and the metrics scraper to the
-// API port, and from the API server's addresses to the webhook port. The
+// the API server: ingress only from the hub, the hub's proxy (the console)
+// and the metrics scraper to the API port, and from the API server's
+// addresses to the webhook port. The
 // dev cluster runs no network plugin that enforces policies, so what is
 // checked is the object the plugin would enforce, not dropped packets.
 func TestNetworkPolicy(t *testing.T) {
@@ -33,21 +34,27 @@ func TestNetworkPolicy(t *testing.T) {
 		return r.Ports[0].Port.String()
 	}
 	rules := np.Spec.Ingress
-	if len(rules) != 3 {
-		t.Fatalf("%d ingress rules, want 3 (hub, scraper, API server): %+v", len(rules), rules)
+	if len(rules) != 4 {
+		t.Fatalf("%d ingress rules, want 4 (hub, proxy, scraper, API server): %+v", len(rules), rules)
 	}
-	hub := rules[0]
-	if port(hub) != "http" || len(hub.From) != 1 || hub.From[0].PodSelector == nil ||
-		hub.From[0].PodSelector.MatchLabels["component"] != "hub" || hub.From[0].PodSelector.MatchLabels["app"] != "jupyterhub" ||
-		hub.From[0].NamespaceSelector != nil {
+	// zero-to-jupyterhub's pods of the release namespace.
+	z2jh := func(r networkingv1.NetworkPolicyIngressRule, component string) bool {
+		return port(r) == "http" && len(r.From) == 1 && r.From[0].PodSelector != nil && r.From[0].NamespaceSelector == nil &&
+			r.From[0].PodSelector.MatchLabels["component"] == component && r.From[0].PodSelector.MatchLabels["app"] == "jupyterhub"
+	}
+	if hub := rules[0]; !z2jh(hub, "hub") {
 		t.Errorf("hub rule %+v: want zero-to-jupyterhub's hub pod in the release namespace, port http", hub)
 	}
-	scraper := rules[1]
+	// The hub's proxy forwards the console's requests.
+	if proxy := rules[1]; !z2jh(proxy, "proxy") {
+		t.Errorf("proxy rule %+v: want zero-to-jupyterhub's proxy pod in the release namespace, port http", proxy)
+	}
+	scraper := rules[2]
 	if port(scraper) != "http" || len(scraper.From) != 1 || scraper.From[0].NamespaceSelector == nil ||
 		scraper.From[0].PodSelector == nil || scraper.From[0].PodSelector.MatchLabels["app.kubernetes.io/name"] != "prometheus" {
 		t.Errorf("scraper rule %+v: want prometheus pods of any namespace, port http", scraper)
 	}
-	api := rules[2]
+	api := rules[3]
 	if port(api) != "webhook" || len(api.From) != 1 || api.From[0].IPBlock == nil || api.From[0].IPBlock.CIDR != "10.0.0.1/32" {
 		t.Errorf("API server rule %+v: want ipBlock 10.0.0.1/32, port webhook", api)
 	}

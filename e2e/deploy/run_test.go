@@ -22,7 +22,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/lifecycle"
 )
 
 // TestSpawnerdRunsWithTheChart runs the real binary the way the chart's
@@ -75,7 +77,8 @@ func TestSpawnerdRunsWithTheChart(t *testing.T) {
 				}
 			}
 			ctx := context.Background()
-			pvcs, err := env.Client.CoreV1().PersistentVolumeClaims(running.Namespace).List(ctx, metav1.ListOptions{})
+			// The server's claims; the chart's own history claim aside.
+			pvcs, err := env.Client.CoreV1().PersistentVolumeClaims(running.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name!=spawnerd"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,6 +122,7 @@ type chartSpawnerd struct {
 	url    string
 	secret []byte
 	proc   *harness.Process
+	client *apiclient.Client
 }
 
 func startFromChart(t *testing.T, ns string, m manifest) *chartSpawnerd {
@@ -157,8 +161,10 @@ func startFromChartWith(t *testing.T, ns string, m manifest, override map[string
 			case v.Secret != nil:
 				s := get[corev1.Secret](t, m, "Secret", v.Secret.SecretName)
 				files, secret = s.Data, s.Data["shared-secret"]
+			case v.PersistentVolumeClaim != nil:
+				// A new claim: an empty folder (the SQLite history's).
 			default:
-				t.Fatalf("volume %s: only ConfigMap and Secret volumes are expected", v.Name)
+				t.Fatalf("volume %s: only ConfigMap, Secret and claim volumes are expected", v.Name)
 			}
 		}
 		for k, data := range files {
@@ -181,9 +187,14 @@ func startFromChartWith(t *testing.T, ns string, m manifest, override map[string
 		case ok && override[flag] != "":
 			a = flag + "=" + override[flag]
 		case ok:
+			// A path under a mount, also as a SQLite DSN (sqlite:///var/lib/...).
+			scheme := ""
+			if path, dsn := strings.CutPrefix(value, "sqlite://"); dsn {
+				scheme, value = "sqlite://", path
+			}
 			for mount, local := range moved {
 				if strings.HasPrefix(value, mount+"/") {
-					a = flag + "=" + local + strings.TrimPrefix(value, mount)
+					a = flag + "=" + scheme + local + strings.TrimPrefix(value, mount)
 				}
 			}
 		}
@@ -192,29 +203,36 @@ func startFromChartWith(t *testing.T, ns string, m manifest, override map[string
 	args = append(args, "--kubeconfig="+serviceAccountKubeconfig(t, ns, pod.ServiceAccountName, dir))
 
 	d := &chartSpawnerd{url: fmt.Sprintf("http://127.0.0.1:%d", port), secret: secret}
-	// The downward API's values, as the kubelet would set them.
+	var err error
+	if d.client, err = apiclient.New(d.url, apiclient.User{Name: "admin", Admin: true}, apiclient.SharedSecret(secret)); err != nil {
+		t.Fatal(err)
+	}
+	// The downward API's and the rendered Secrets' values, as the kubelet
+	// would set them; a value naming a mount, moved with it.
 	var procEnv []string
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
-			procEnv = append(procEnv, e.Name+"="+e.Value)
+			value := e.Value
+			if local, ok := moved[value]; ok {
+				value = local
+			}
+			procEnv = append(procEnv, e.Name+"="+value)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			procEnv = append(procEnv, e.Name+"="+ns)
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			procEnv = append(procEnv, e.Name+"="+string(get[corev1.Secret](t, m, "Secret", ref.Name).Data[ref.Key]))
 		default:
-			t.Fatalf("env %s: only values and the pod's namespace are expected", e.Name)
+			t.Fatalf("env %s: only values, the pod's namespace and the chart's Secret are expected", e.Name)
 		}
 	}
 	d.proc = harness.StartProcess(t, "spawnerd", procEnv, spawnerd, args...)
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, harness.Timeout, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, harness.Timeout, true, func(ctx context.Context) (bool, error) {
 		if d.proc.Exited() {
 			return false, fmt.Errorf("spawnerd exited:\n%s", d.proc.Log())
 		}
-		resp, err := http.Get(d.url + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		return d.client.Readyz(ctx) == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("spawnerd with the chart's args %q never became ready: %v", args, err)
@@ -244,10 +262,8 @@ func serviceAccountKubeconfig(t *testing.T, ns, sa, dir string) string {
 	return path
 }
 
-// serverModel is the part of spawnerd's server model this test reads.
-type serverModel struct {
-	Status, Pod, Namespace string
-}
+// serverModel is spawnerd's server model.
+type serverModel = lifecycle.Server
 
 func startBody(user string) map[string]any {
 	return map[string]any{
@@ -274,37 +290,28 @@ func (d *chartSpawnerd) call(t *testing.T, method, path, user string, body, out 
 		}
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, d.url+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+harness.Token(t, d.secret, user, false))
-	resp, err := http.DefaultClient.Do(req)
+	code, data, err := d.client.Do(context.Background(), method, path, rd, apiclient.User{Name: user})
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("%s %s: decoding %q: %v", method, path, data, err)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
 func (d *chartSpawnerd) waitStatus(t *testing.T, user, status string) serverModel {
 	t.Helper()
 	var m serverModel
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, harness.Timeout, true, func(context.Context) (bool, error) {
-		m = serverModel{}
-		if code := d.call(t, http.MethodGet, harness.ServerPath(user, ""), user, nil, &m); code != http.StatusOK {
-			return false, fmt.Errorf("poll: status %d", code)
+	c := d.client.As(apiclient.User{Name: user})
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, harness.Timeout, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Poll(ctx, user, "", lifecycle.Hint{})
+		if err != nil {
+			return false, fmt.Errorf("poll: %w", err)
 		}
+		m = *got
 		return m.Status == status, nil
 	})
 	if err != nil {

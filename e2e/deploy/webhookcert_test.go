@@ -102,18 +102,20 @@ func TestCertSecretRaceOnAPIServer(t *testing.T) {
 }
 
 // TestReplicasShareWebhookCert runs three spawnerd processes with the
-// chart's args, RBAC and shared webhook Secret, and registers each as a
-// webhook of the chart's configuration with failurePolicy Fail: a GPU pod is
-// created only if the API server, trusting the caBundle spawnerd injected,
-// completes a handshake with every replica.
+// chart's args, RBAC and shared webhook Secret (and, as three replicas need,
+// the session history in one PostgreSQL database, its DSN from the chart's
+// Secret), and registers each as a webhook of the chart's configuration
+// with failurePolicy Fail: a GPU pod is created only if the API server,
+// trusting the caBundle spawnerd injected, completes a handshake with every
+// replica.
 func TestReplicasShareWebhookCert(t *testing.T) {
 	ctx := context.Background()
 	if err := env.InstallReservationCRD(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ns := env.Namespace(t)
-	m := mustRender(t, ns, "--set", "reservation.enabled=true", "--set", "reservation.config.classes[0].label=a5000",
-		"--set", "reservation.config.classes[0].node_selector.gpu-class=a5000", "--set", "webhook.resync=1s")
+	m := mustRender(t, ns, append(replicated(env.StartPostgres(t)), "--set", "reservation.enabled=true", "--set", "reservation.config.classes[0].label=a5000",
+		"--set", "reservation.config.classes[0].node_selector.gpu-class=a5000", "--set", "webhook.resync=1s")...)
 	const whcName = release + "-gpu"
 	whc := get[admissionregv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", whcName)
 	apply(t, m)

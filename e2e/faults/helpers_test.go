@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/lifecycle"
 )
 
 // TestFaultHelpers drives each container fault against three replicas
@@ -27,7 +29,12 @@ func TestFaultHelpers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := &http.Client{Timeout: 30 * time.Second}
+			client, err := apiclient.New(st.lb.URL, apiclient.User{}, apiclient.SharedSecret(st.secret),
+				apiclient.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}))
+			if err != nil {
+				t.Error(err)
+				return
+			}
 			for i := 0; ; i++ {
 				select {
 				case <-stopLoad:
@@ -35,19 +42,12 @@ func TestFaultHelpers(t *testing.T) {
 				default:
 				}
 				user := fmt.Sprintf("load%d-%d", w, i%50)
-				req, _ := http.NewRequest(http.MethodGet, st.lb.URL+harness.ServerPath(user, ""), nil)
-				req.Header.Set("Authorization", "Bearer "+harness.Token(t, st.secret, user, false))
-				resp, err := client.Do(req)
+				_, err := client.As(apiclient.User{Name: user}).Poll(ctx, user, "", lifecycle.Hint{})
 				calls.Add(1)
 				if err != nil {
 					failures.Add(1)
 					lastFailure.Store(err.Error())
 					continue
-				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					failures.Add(1)
-					lastFailure.Store(resp.Status)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}

@@ -90,6 +90,9 @@ func newStack(t *testing.T, n int) *stack {
 		"/etc/spawnerd/hub-token":   []byte(hubToken),
 		"/etc/spawnerd/proxy-token": []byte(st.proxy.Token),
 	}
+	// The replicas share one history database, as a replicated deployment
+	// does: PostgreSQL on this machine, reached at the network's gateway.
+	dsn := env.StartPostgresOn(t, s.net.Gateway, s.net.Subnet)
 	var backends []*harness.Backend
 	for i := range n {
 		name := fmt.Sprintf("spawnerd-%s-%d", st.ns, i)
@@ -97,7 +100,7 @@ func newStack(t *testing.T, n int) *stack {
 			"--kubeconfig", "/etc/spawnerd/kubeconfig", "--shared-secret-file", "/etc/spawnerd/secret",
 			"--hub-api-url", st.hubFront.URL + "/hub/api", "--hub-token-file", "/etc/spawnerd/hub-token",
 			"--proxy-api-url", proxyFront.URL, "--proxy-token-file", "/etc/spawnerd/proxy-token",
-			"--identity", name}
+			"--identity", name, "--history-dsn", dsn}
 		if s.stopLease {
 			args = append(args, "--stop-lease-name", stopLeaseName, "--stop-lease-namespace", st.ns)
 			args = append(args, leaseArgs...)

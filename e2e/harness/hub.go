@@ -105,8 +105,27 @@ func (h *Hub) login(user string) (string, error) {
 	return out.Token, nil
 }
 
+// UserToken creates user if needed, logs the user in and returns an API
+// token of the user's own.
+func (h *Hub) UserToken(user string) string {
+	h.t.Helper()
+	h.EnsureUser(user)
+	tok, err := h.login(user)
+	if err != nil {
+		h.t.Fatalf("logging %s in to the hub: %v", user, err)
+	}
+	return tok
+}
+
 // Do calls the hub API with the admin token.
 func (h *Hub) Do(method, path string, body any, out any) int {
+	h.t.Helper()
+	return h.DoAs(h.Token, method, path, body, out)
+}
+
+// DoAs calls the hub API with a token of the caller's: a user's own, a
+// service's.
+func (h *Hub) DoAs(token, method, path string, body any, out any) int {
 	h.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -114,7 +133,7 @@ func (h *Hub) Do(method, path string, body any, out any) int {
 		rd = bytes.NewReader(data)
 	}
 	req, _ := http.NewRequest(method, h.APIURL+path, rd)
-	req.Header.Set("Authorization", "token "+h.Token)
+	req.Header.Set("Authorization", "token "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)

@@ -131,6 +131,15 @@ func (p *Process) Stop() {
 	})
 }
 
+// Kill sends SIGKILL to the process group at once, as a crash or an OOM
+// kill would: the process cleans nothing up (a Lease it holds expires).
+func (p *Process) Kill() {
+	p.once.Do(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
 	select {

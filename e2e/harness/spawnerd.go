@@ -5,18 +5,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/dsmlp/spawner/apiclient"
+	"github.com/dsmlp/spawner/lifecycle"
 )
 
 // Spawnerd is a running spawnerd binary and a client for its API.
@@ -31,6 +32,16 @@ type Spawnerd struct {
 	args       []string
 	env        []string
 	t          testing.TB
+	client     *apiclient.Client // signs as admin unless told otherwise
+}
+
+// newClient is an admin client of the spawnerd at url.
+func newClient(t testing.TB, url string, secret []byte) *apiclient.Client {
+	c, err := apiclient.New(url, apiclient.User{Name: "admin", Admin: true}, apiclient.SharedSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // SpawnerdOptions are the flags a test passes to spawnerd serve.
@@ -59,6 +70,7 @@ func (e *Env) StartSpawnerd(t testing.TB, bin string, opts SpawnerdOptions) *Spa
 	args := append([]string{"serve", "--config", cfgPath, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--kubeconfig", e.Cluster.Kubeconfig(), "--shared-secret-file", secretPath}, opts.Args...)
 	s := &Spawnerd{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Secret: secret, ConfigPath: cfgPath, bin: bin, args: args, env: opts.Env, t: t}
+	s.client = newClient(t, s.URL, secret)
 	s.start(t)
 	return s
 }
@@ -75,22 +87,18 @@ func (s *Spawnerd) Replica(t testing.TB) *Spawnerd {
 		}
 	}
 	r := &Spawnerd{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Secret: s.Secret, ConfigPath: s.ConfigPath, bin: s.bin, args: args, env: s.env, t: t}
+	r.client = newClient(t, r.URL, s.Secret)
 	r.start(t)
 	return r
 }
 
 func (s *Spawnerd) start(t testing.TB) {
 	s.Process = StartProcess(t, "spawnerd", s.env, s.bin, s.args...)
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, Timeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, Timeout, true, func(ctx context.Context) (bool, error) {
 		if s.Exited() {
 			return false, fmt.Errorf("spawnerd exited:\n%s", s.Log())
 		}
-		resp, err := http.Get(s.URL + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		return s.client.Readyz(ctx) == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("spawnerd not ready: %v", err)
@@ -104,15 +112,15 @@ func (s *Spawnerd) Restart(t testing.TB) {
 }
 
 // ServerPath is the API path of a user's server ("" = default server).
-func ServerPath(user, server string) string {
-	p := "/api/v1/users/" + url.PathEscape(user)
-	if server == "" {
-		return p + "/server"
-	}
-	return p + "/servers/" + url.PathEscape(server)
-}
+func ServerPath(user, server string) string { return apiclient.ServerPath(user, server) }
 
-// Do sends a request signed for user and decodes a JSON answer into out (if not nil).
+// Client is a client of this spawnerd's API that signs its requests as
+// user with the shared secret.
+func (s *Spawnerd) Client(as apiclient.User) *apiclient.Client { return s.client.As(as) }
+
+// Do sends a request signed for user and decodes a JSON answer into out
+// (if not nil), whatever its status; body is JSON-encoded unless it is
+// []byte, which is sent as it is.
 func (s *Spawnerd) Do(method, path, user string, admin bool, body any, out any) int {
 	s.t.Helper()
 	var rd io.Reader
@@ -127,48 +135,29 @@ func (s *Spawnerd) Do(method, path, user string, admin bool, body any, out any) 
 		}
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, s.URL+path, rd)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+Token(s.t, s.Secret, user, admin))
-	resp, err := http.DefaultClient.Do(req)
+	code, data, err := s.client.Do(context.Background(), method, path, rd, apiclient.User{Name: user, Admin: admin})
 	if err != nil {
 		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
 			s.t.Fatalf("%s %s: decoding %q: %v", method, path, data, err)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
-// ServerModel is the part of the API's server model the tests read.
-type ServerModel struct {
-	User, Server, Status, Message, Pod, Namespace, Node string
-	URL                                                 *string
-	ExitCode                                            *int              `json:"exit_code"`
-	PodIP                                               string            `json:"pod_ip"`
-	State                                               map[string]string `json:"state"`
-	Stopped                                             *struct {
-		Phase, Reason, Message string
-		ContainerReason        string `json:"container_reason"`
-		ExitCode               int    `json:"exit_code"`
-	}
-}
+// ServerModel is the API's server model.
+type ServerModel = lifecycle.Server
 
-// Poll reads a server's status.
+// Poll reads a server's status, signed for its user.
 func (s *Spawnerd) Poll(user, server string) ServerModel {
 	s.t.Helper()
-	var m ServerModel
-	if code := s.Do(http.MethodGet, ServerPath(user, server), user, false, nil, &m); code != http.StatusOK {
-		s.t.Fatalf("poll %s/%s: status %d", user, server, code)
+	m, err := s.Client(apiclient.User{Name: user}).Poll(context.Background(), user, server, lifecycle.Hint{})
+	if err != nil {
+		s.t.Fatalf("poll %s/%s: %v", user, server, err)
 	}
-	return m
+	return *m
 }
 
 // WaitStatus polls until the server reaches status and returns its model.
@@ -186,37 +175,37 @@ func (s *Spawnerd) WaitStatus(user, server, status string) ServerModel {
 }
 
 // ProgressEvent is one message of the progress stream.
-type ProgressEvent struct {
-	Progress *int   `json:"progress"`
-	Message  string `json:"message"`
-	Ready    bool   `json:"ready"`
-	Failed   bool   `json:"failed"`
-	URL      string `json:"url"`
-}
+type ProgressEvent = lifecycle.Event
 
-// Progress reads the progress WebSocket until the server closes it.
+// Progress reads the progress WebSocket until the server closes it, or
+// until no event came for Timeout.
 func (s *Spawnerd) Progress(user, server string) []ProgressEvent {
 	s.t.Helper()
-	u := "ws" + strings.TrimPrefix(s.URL, "http") + ServerPath(user, server) + "/progress"
-	h := http.Header{"Authorization": {"Bearer " + Token(s.t, s.Secret, user, false)}}
-	ws, resp, err := websocket.DefaultDialer.Dial(u, h)
-	if err != nil {
-		code := 0
-		if resp != nil {
-			code = resp.StatusCode
-		}
-		s.t.Fatalf("progress websocket: %v (status %d)", err, code)
-	}
-	defer ws.Close()
 	var out []ProgressEvent
-	for {
-		_ = ws.SetReadDeadline(time.Now().Add(Timeout))
-		var ev ProgressEvent
-		if err := ws.ReadJSON(&ev); err != nil {
-			return out
-		}
-		out = append(out, ev)
+	err := s.FollowProgress(context.Background(), user, server, func(e ProgressEvent) error {
+		out = append(out, e)
+		return nil
+	})
+	// As before this client: a stream that breaks off ends the events; a
+	// stream that never opened fails the test.
+	if err != nil && len(out) == 0 && !errors.Is(err, context.Canceled) {
+		s.t.Fatalf("progress websocket: %v", err)
 	}
+	return out
+}
+
+// FollowProgress calls fn with each progress event as it comes, signed
+// for user, until the server closes the stream, fn fails, ctx ends, or no
+// event came for Timeout.
+func (s *Spawnerd) FollowProgress(ctx context.Context, user, server string, fn func(ProgressEvent) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(Timeout, cancel)
+	defer idle.Stop()
+	return s.Client(apiclient.User{Name: user}).FollowProgress(ctx, user, server, func(e ProgressEvent) error {
+		idle.Reset(Timeout)
+		return fn(e)
+	})
 }
 
 // isWrite reports whether an HTTP method changes state on the API server.

@@ -2,8 +2,11 @@ package reservation_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/hubapi"
 	"github.com/dsmlp/spawner/reservation"
@@ -31,39 +35,60 @@ func adminAPI(t *testing.T) *httptest.Server {
 	return srv
 }
 
-func call(t *testing.T, srv *httptest.Server, admin bool, method, path string, body any, out any) (int, hubapi.ErrorBody) {
+// adminClient is a client of srv signed as the admin, or as a user
+// without the admin claim.
+func adminClient(t *testing.T, srv *httptest.Server, admin bool) *apiclient.Client {
 	t.Helper()
-	var buf bytes.Buffer
-	if body != nil {
-		_ = json.NewEncoder(&buf).Encode(body)
-	}
-	req, _ := http.NewRequest(method, srv.URL+"/api/v1"+path, &buf)
-	req.Header.Set("Authorization", "Bearer "+harness.Token(t, adminSecret, "admin", admin))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	c, err := apiclient.New(srv.URL, apiclient.User{Name: "admin", Admin: admin}, apiclient.SharedSecret(adminSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	return c
+}
+
+// call sends a request under /api/v1 and decodes a 2xx answer into out (if
+// not nil); an error answer is returned as the API's error body.
+func call(t *testing.T, srv *httptest.Server, admin bool, method, path string, body any, out any) (int, hubapi.ErrorBody) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	code, data, err := adminClient(t, srv, admin).Do(context.Background(), method, "/api/v1"+path, rd, apiclient.User{Name: "admin", Admin: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var eb hubapi.ErrorBody
-	if resp.StatusCode >= 300 {
-		_ = json.NewDecoder(resp.Body).Decode(&eb)
-	} else if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if code >= 300 {
+		_ = json.Unmarshal(data, &eb)
+	} else if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("%s %s: decoding: %v", method, path, err)
 		}
 	}
-	return resp.StatusCode, eb
+	return code, eb
+}
+
+// isField reports whether err is the API's answer status naming field.
+func isField(err error, status int, field string) bool {
+	var e *apiclient.Error
+	return errors.As(err, &e) && e.Status == status && e.Field == field
 }
 
 // The admin API against the running controller: bookings, the class view
 // with its queue, pause, charges and risk; bad input names its field.
 func TestAdminAPI(t *testing.T) {
+	ctx := context.Background()
 	srv := adminAPI(t)
+	c := adminClient(t, srv, true)
 	n := env.Namespace(t)
 	now := clk.Now().UTC()
-	if code, _ := call(t, srv, false, http.MethodGet, "/reservations", nil, nil); code != http.StatusForbidden {
-		t.Errorf("a non-admin token listed reservations: %d", code)
+	if _, err := adminClient(t, srv, false).Reservations(ctx, apiclient.ReservationFilter{}); !isField(err, http.StatusForbidden, "admin") {
+		t.Errorf("a non-admin token listed reservations: %v", err)
 	}
 	for field, req := range map[string]hubapi.BookingRequest{
 		"owner":     {Owner: "Not A Namespace", Workspace: wsCourse, Class: "work", GPUs: 1, Start: now.Format(time.RFC3339), End: now.Add(time.Hour).Format(time.RFC3339)},
@@ -73,24 +98,24 @@ func TestAdminAPI(t *testing.T) {
 		"start":     {Owner: n, Workspace: wsCourse, Class: "work", GPUs: 1, Start: "tomorrow", End: now.Add(time.Hour).Format(time.RFC3339)},
 		"workspace": {Owner: n, Workspace: reservation.OrgOnDemand, Class: "work", GPUs: 1, Start: now.Format(time.RFC3339), End: now.Add(time.Hour).Format(time.RFC3339)},
 	} {
-		if code, eb := call(t, srv, true, http.MethodPost, "/reservations", req, nil); code != http.StatusBadRequest || eb.Field != field {
-			t.Errorf("bad %s: HTTP %d field %q (%s), want 400 naming %s", field, code, eb.Field, eb.Error, field)
+		if _, err := c.CreateBooking(ctx, req); !isField(err, http.StatusBadRequest, field) {
+			t.Errorf("bad %s: %v, want a 400 naming %s", field, err, field)
 		}
 	}
-	var b reservation.Reservation
-	req := hubapi.BookingRequest{Owner: n, Workspace: wsCourse, Class: "work", GPUs: 2,
-		Start: now.Add(2 * time.Hour).Format(time.RFC3339), End: now.Add(4 * time.Hour).Format(time.RFC3339)}
-	if code, eb := call(t, srv, true, http.MethodPost, "/reservations", req, &b); code != http.StatusCreated || b.ID == 0 {
-		t.Fatalf("create booking: HTTP %d %v", code, eb)
+	b, err := c.CreateBooking(ctx, hubapi.BookingRequest{Owner: n, Workspace: wsCourse, Class: "work", GPUs: 2,
+		Start: now.Add(2 * time.Hour).Format(time.RFC3339), End: now.Add(4 * time.Hour).Format(time.RFC3339)})
+	if err != nil || b.ID == 0 {
+		t.Fatalf("create booking: %+v %v", b, err)
 	}
 	waitReservation(t, b.ID, func(reservation.Reservation) bool { return true })
-	var list hubapi.ReservationList
-	call(t, srv, true, http.MethodGet, "/reservations?owner="+n+"&kind=booking", nil, &list)
-	if len(list.Reservations) != 1 || list.Reservations[0].ID != b.ID {
-		t.Errorf("list by owner: %+v", list.Reservations)
+	list, err := c.Reservations(ctx, apiclient.ReservationFilter{Owner: n, Kind: reservation.KindBooking})
+	if err != nil || len(list.Reservations) != 1 || list.Reservations[0].ID != b.ID {
+		t.Errorf("list by owner: %+v %v", list, err)
 	}
-	var classes hubapi.ClassList
-	call(t, srv, true, http.MethodGet, "/gpu-classes?hours=6", nil, &classes)
+	classes, err := c.GPUClasses(ctx, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var work *reservation.ClassStatus
 	for i := range classes.Classes {
 		if classes.Classes[i].Class == "work" {
@@ -100,35 +125,33 @@ func TestAdminAPI(t *testing.T) {
 	if work == nil || work.Capacity != 16 || work.Nodes != 2 || len(work.Risk) == 0 || work.Risk[0].Demand != 2 {
 		t.Errorf("class view of work: %+v", work)
 	}
-	var risk hubapi.RiskList
-	if code, _ := call(t, srv, true, http.MethodGet, "/preemption-risk?hours=6", nil, &risk); code != http.StatusOK || len(risk.Risk) == 0 {
-		t.Errorf("risk: HTTP %d %+v", code, risk)
+	if risk, err := c.PreemptionRisk(ctx, 6); err != nil || len(risk.Risk) == 0 {
+		t.Errorf("risk: %+v %v", risk, err)
 	}
 	if code, eb := call(t, srv, true, http.MethodGet, "/preemption-risk?hours=-1", nil, nil); code != http.StatusBadRequest || eb.Field != "hours" {
 		t.Errorf("bad hours: %d %v", code, eb)
 	}
-	var re reservation.Reservation
 	heir := env.Namespace(t)
-	if code, eb := call(t, srv, true, http.MethodPost, fmt.Sprintf("/reservations/%d/reassign", b.ID), hubapi.ReassignRequest{Owner: heir}, &re); code != http.StatusOK {
-		t.Errorf("reassign: %d %v", code, eb)
+	if _, err := c.Reassign(ctx, b.ID, heir); err != nil {
+		t.Errorf("reassign: %v", err)
 	}
 	waitReservation(t, b.ID, func(r reservation.Reservation) bool { return r.Owner == heir })
 	if code, _ := call(t, srv, true, http.MethodDelete, fmt.Sprintf("/reservations/res-%d?reason=user", b.ID), nil, nil); code != http.StatusNoContent {
-		t.Errorf("cancel: %d", code)
+		t.Errorf("cancel by res- ID: %d", code)
 	}
 	got := waitReservation(t, b.ID, func(r reservation.Reservation) bool { return r.Status == reservation.StatusCancelled })
 	if got.CancelReason != reservation.CancelUser {
 		t.Errorf("cancel reason %s", got.CancelReason)
 	}
-	if code, eb := call(t, srv, true, http.MethodDelete, "/reservations/999999", nil, nil); code != http.StatusNotFound || eb.Field != "id" {
-		t.Errorf("unknown id: %d %v", code, eb)
+	if err := c.CancelReservation(ctx, 999999, ""); !isField(err, http.StatusNotFound, "id") {
+		t.Errorf("unknown id: %v", err)
 	}
-	if code, _ := call(t, srv, true, http.MethodPut, "/gpu-classes/nope/pause", hubapi.PauseRequest{}, nil); code != http.StatusNotFound {
-		t.Errorf("pause of an unknown class: %d", code)
+	if err := c.PauseClass(ctx, "nope", ""); !isField(err, http.StatusNotFound, "class") {
+		t.Errorf("pause of an unknown class: %v", err)
 	}
-	var charges hubapi.ChargeList
-	if code, _ := call(t, srv, true, http.MethodGet, "/charges", nil, &charges); code != http.StatusOK || len(charges.Charges) == 0 {
-		t.Errorf("charges: %d %+v", code, charges)
+	charges, err := c.Charges(ctx, time.Time{}, time.Time{})
+	if err != nil || len(charges.Charges) == 0 {
+		t.Errorf("charges: %+v %v", charges, err)
 	}
 	for _, c := range charges.Charges {
 		if c.Total < 0 || c.Total != c.Booking+c.OnDemand {
@@ -159,17 +182,20 @@ func TestAdminCLI(t *testing.T) {
 	n := env.Namespace(t)
 	now := clk.Now().UTC()
 	out := run("bookings", "create", "--owner", n, "--workspace", wsCourse, "--class", "work", "--gpus", "1",
-		"--start", now.Add(time.Hour).Format(time.RFC3339), "--end", now.Add(2*time.Hour).Format(time.RFC3339))
+		"--start", now.Add(time.Hour).Format(time.RFC3339), "--end", now.Add(2*time.Hour).Format(time.RFC3339), "-o", "json")
 	var b reservation.Reservation
 	if err := json.Unmarshal([]byte(out), &b); err != nil || b.ID == 0 {
-		t.Fatalf("create printed %q", out)
+		t.Fatalf("create -o json printed %q", out)
 	}
 	waitReservation(t, b.ID, func(reservation.Reservation) bool { return true })
-	if out := run("bookings", "list", "--owner", n); !strings.Contains(out, fmt.Sprint(b.ID)) || !strings.Contains(out, "booking") {
+	if out := run("bookings", "list", "--owner", n); !strings.Contains(out, fmt.Sprintf("\n%d ", b.ID)) || !strings.Contains(out, "booking") {
 		t.Errorf("list: %s", out)
 	}
-	if out := run("classes"); !strings.Contains(out, `"class": "work"`) {
+	if out := run("classes"); !strings.HasPrefix(out, "CLASS ") || !strings.Contains(out, "\nwork ") {
 		t.Errorf("classes: %s", out)
+	}
+	if out := run("classes", "-o", "json"); !strings.Contains(out, `"class": "work"`) {
+		t.Errorf("classes -o json: %s", out)
 	}
 	run("pause", "work", "--reason", "maintenance")
 	run("resume", "work")

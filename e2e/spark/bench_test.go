@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
 )
 
@@ -264,20 +265,23 @@ func (c *podClock) count() int {
 // benchClient calls spawnerd from many goroutines, returning errors
 // rather than failing the benchmark from them.
 type benchClient struct {
-	api  *harness.Spawnerd
-	http *http.Client
-	tb   testing.TB
+	api *apiclient.Client
 }
 
 func newBenchClient(b *testing.B, api *harness.Spawnerd) *benchClient {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = stormClients
-	c := &benchClient{api: api, http: &http.Client{Transport: tr, Timeout: time.Minute}, tb: b}
+	c, err := apiclient.New(api.URL, apiclient.User{}, apiclient.SharedSecret(api.Secret),
+		apiclient.WithHTTPClient(&http.Client{Transport: tr, Timeout: time.Minute}))
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(tr.CloseIdleConnections)
-	return c
+	return &benchClient{api: c}
 }
 
-// do sends a request for user's default server and decodes the answer.
+// do sends a request for user's default server, signed for user, and
+// decodes the answer.
 func (c *benchClient) do(ctx context.Context, method, user string, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
@@ -287,27 +291,16 @@ func (c *benchClient) do(ctx context.Context, method, user string, body, out any
 		}
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.api.URL+harness.ServerPath(user, ""), rd)
+	code, data, err := c.api.Do(ctx, method, harness.ServerPath(user, ""), rd, apiclient.User{Name: user})
 	if err != nil {
 		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+harness.Token(c.tb, c.api.Secret, user, false))
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("decoding %q: %w", data, err)
+			return code, fmt.Errorf("decoding %q: %w", data, err)
 		}
 	}
-	return resp.StatusCode, nil
+	return code, nil
 }
 
 // makeNamespaces creates each user's namespace with the quota that covers

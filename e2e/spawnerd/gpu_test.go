@@ -3,13 +3,13 @@ package spawnerd_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/hubapi"
 	"github.com/dsmlp/spawner/reservation"
@@ -117,14 +117,13 @@ func TestGPUWaitOutlivesStartTimeout(t *testing.T) {
 func (f *fixture) book(t *testing.T, d time.Duration) reservation.Reservation {
 	t.Helper()
 	opens := time.Now().Add(d).UTC().Truncate(time.Second)
-	var b reservation.Reservation
-	code := f.api.Do(http.MethodPost, "/api/v1/reservations", "admin", true, hubapi.BookingRequest{
+	b, err := f.api.Client(apiclient.User{Name: "admin", Admin: true}).CreateBooking(t.Context(), hubapi.BookingRequest{
 		Owner: f.ns, Workspace: "DSC10", Class: "a5000", GPUs: 1,
-		Start: opens.Format(time.RFC3339), End: opens.Add(time.Hour).Format(time.RFC3339)}, &b)
-	if code != http.StatusCreated {
-		t.Fatalf("booking: %d", code)
+		Start: opens.Format(time.RFC3339), End: opens.Add(time.Hour).Format(time.RFC3339)})
+	if err != nil {
+		t.Fatalf("booking: %v", err)
 	}
-	return b
+	return *b
 }
 
 // With the opt-in scheduling gate, spawnerd creates the GPU pod gated, so

@@ -9,22 +9,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/hubapi"
 	"github.com/dsmlp/spawner/reservation"
 )
 
 // progressEvent is one progress message with the Kubernetes event behind
-// it (raw_event), which harness.ProgressEvent leaves out.
+// it (raw_event).
 type progressEvent struct {
 	harness.ProgressEvent
-	RawEvent map[string]any `json:"raw_event"`
 }
 
 func (e progressEvent) rawReason() string {
@@ -41,23 +40,23 @@ func (e progressEvent) rawMessage() string {
 // channel when spawnerd closes the stream.
 func followProgress(t *testing.T, api *harness.Spawnerd, user string) <-chan progressEvent {
 	t.Helper()
-	u := "ws" + strings.TrimPrefix(api.URL, "http") + harness.ServerPath(user, "") + "/progress"
-	h := http.Header{"Authorization": {"Bearer " + harness.Token(t, api.Secret, user, false)}}
-	ws, _, err := websocket.DefaultDialer.Dial(u, h)
-	if err != nil {
-		t.Fatalf("progress websocket: %v", err)
-	}
 	out := make(chan progressEvent, 100)
+	ctx := t.Context()
 	go func() {
 		defer close(out)
-		defer ws.Close()
-		for {
-			_ = ws.SetReadDeadline(time.Now().Add(harness.Timeout))
-			var ev progressEvent
-			if err := ws.ReadJSON(&ev); err != nil {
-				return
+		n := 0
+		err := api.FollowProgress(ctx, user, "", func(e harness.ProgressEvent) error {
+			n++
+			select {
+			case out <- progressEvent{e}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			out <- ev
+		})
+		// A stream that never opened; one that breaks off just ends.
+		if err != nil && n == 0 && ctx.Err() == nil {
+			t.Errorf("progress websocket of %s: %v", user, err)
 		}
 	}()
 	return out
@@ -165,21 +164,24 @@ func TestGPUWaitHeadlineIsTheEngineReason(t *testing.T) {
 		t.Fatalf("class a5000 %+v: nothing left to book", cs)
 	}
 	start := time.Now().UTC().Truncate(time.Second)
-	var b reservation.Reservation
-	if code := api.Do(http.MethodPost, "/api/v1/reservations", "admin", true, hubapi.BookingRequest{
+	admin := api.Client(apiclient.User{Name: "admin", Admin: true})
+	b, err := admin.CreateBooking(ctx, hubapi.BookingRequest{
 		Owner: "dsc20-instructor", Workspace: "DSC20", Class: "a5000", GPUs: cs.Capacity - cs.Booked,
-		Start: start.Format(time.RFC3339), End: start.Add(2 * time.Hour).Format(time.RFC3339)}, &b); code != http.StatusCreated {
-		t.Fatalf("booking every a5000 GPU for DSC20: %d", code)
+		Start: start.Format(time.RFC3339), End: start.Add(2 * time.Hour).Format(time.RFC3339)})
+	if err != nil {
+		t.Fatalf("booking every a5000 GPU for DSC20: %v", err)
 	}
 	// Cleanups run last-first: the booking goes before spawnerd stops, so
 	// later tests find the GPUs free.
 	t.Cleanup(func() {
-		api.Do(http.MethodDelete, fmt.Sprintf("/api/v1/reservations/%d", b.ID), "admin", true, nil, nil)
+		if err := admin.CancelReservation(context.Background(), b.ID, ""); err != nil {
+			t.Errorf("cancelling booking #%d: %v", b.ID, err)
+		}
 	})
 	// With the class booked to the last GPU, the first booking to end frees one.
-	var list hubapi.ReservationList
-	if code := api.Do(http.MethodGet, "/api/v1/reservations?class=a5000&state=active", "admin", true, nil, &list); code != http.StatusOK {
-		t.Fatalf("listing reservations: %d", code)
+	list, err := admin.Reservations(ctx, apiclient.ReservationFilter{Class: "a5000", State: reservation.StatusActive})
+	if err != nil {
+		t.Fatalf("listing reservations: %v", err)
 	}
 	var firstEnd time.Time
 	for _, r := range list.Reservations {
@@ -273,9 +275,10 @@ func TestGPUWaitHeadlineIsTheEngineReason(t *testing.T) {
 func classStatus(t *testing.T, api *harness.Spawnerd, class string) reservation.ClassStatus {
 	t.Helper()
 	var cs reservation.ClassStatus
-	err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(context.Context) (bool, error) {
-		var list hubapi.ClassList
-		if code := api.Do(http.MethodGet, "/api/v1/gpu-classes", "admin", true, nil, &list); code != http.StatusOK {
+	admin := api.Client(apiclient.User{Name: "admin", Admin: true})
+	err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := admin.GPUClasses(ctx, 0)
+		if err != nil {
 			return false, nil
 		}
 		for _, c := range list.Classes {

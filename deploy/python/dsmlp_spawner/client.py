@@ -190,15 +190,20 @@ class Client:
             raise MisroutedError("reading server status", 200, "answer has no status", self._base + path)
         return model
 
-    async def delete(self, user, server_name, now, wait=None, hint=None):
+    async def delete(self, user, server_name, now, wait=None, hint=None, by=None):
         """delete asks spawnerd to stop a server; it returns 204 (gone) or 202 (stopping).
 
         ``wait`` (seconds) caps how long spawnerd waits for the pod before
-        answering 202; spawnerd clamps it to its --stop-wait.
+        answering 202; spawnerd clamps it to its --stop-wait. ``by`` is who
+        asked the hub for the stop ({"kind", "name"}), for the session history.
         """
         query = {"now": "true" if now else "false"}
         if wait is not None:
             query["wait"] = f"{wait:g}s"
+        if by and by.get("kind"):
+            query["by"] = by["kind"]
+            if by.get("name"):
+                query["by_name"] = by["name"]
         path = server_path(user, server_name) + "?" + urlencode(query) + _hint_query(hint, "&")
         code, _ = await self._call("stopping server", "DELETE", path, user, (202, 204))
         return code

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 import jupyterhub
 from jupyterhub.spawner import Spawner
 from tornado import web
-from traitlets import Float, Unicode, default
+from traitlets import Float, List, Unicode, default
 
-from . import form
+from . import form, requester
 from .auth import SecretError, TokenSigner, read_secret
 from .client import AuthError, Client, MisroutedError, ServiceError, TransportError
 from .events import EventLog
@@ -21,6 +21,9 @@ PENDING, RUNNING, STOPPED, ABSENT = "pending", "running", "stopped", "absent"
 # State keys that survive clear_state(), as in KubeSpawner: the next spawn
 # of the same server keeps its namespace and volume.
 _KEPT_STATE = ("namespace", "pvc_name")
+
+# Stops learn who asked for them through the hub's stop_single_user.
+requester.install()
 
 
 class SpawnFailed(RuntimeError):
@@ -102,6 +105,13 @@ class RemoteKubeSpawner(Spawner):
         spawnerd still ends an ordinary start after start_timeout, and fails at once
         a GPU hold that needs a fix; this only keeps the hub from giving up first.
         Match spawnerd's reservation_wait_timeout. 0 keeps start_timeout.""",
+    ).tag(config=True)
+
+    culler_service_names = List(
+        Unicode(),
+        ["idle-culler", "jupyterhub-idle-culler", "cull-idle"],
+        help="""Names of hub services whose stops are the idle culler's. spawnerd's session
+        history records a stop by one of them as "culler", by any other service as "service".""",
     ).tag(config=True)
 
     @default("stop_wait")
@@ -274,6 +284,7 @@ class RemoteKubeSpawner(Spawner):
             "user_id": self.user.id,
             "hub_version": jupyterhub.__version__,
             "start_timeout": int(self._ordinary_start_timeout or self.start_timeout),
+            "requested_by": self._requester(getattr(getattr(self, "handler", None), "current_user", None)),
         }
         if self._remote_state.get("pvc_name"):
             # With remember_pvc_name, spawnerd keeps the saved PVC even if
@@ -417,15 +428,22 @@ class RemoteKubeSpawner(Spawner):
 
     # --- stop ----------------------------------------------------------------
 
+    def _requester(self, who):
+        """_requester says who asked for a start or stop, as spawnerd records it."""
+        return requester.describe(who, self.user.name, set(self.culler_service_names))
+
     async def stop(self, now=False):
         """stop asks spawnerd to delete the server and returns once it is gone."""
         self._cancel_start()
+        by = self._requester(requester.current())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.stop_timeout
         misrouted = 0
         while True:
             try:
-                code = await self._client.delete(self.user.name, self.name, now, wait=self.stop_wait, hint=self._remote_state)
+                code = await self._client.delete(
+                    self.user.name, self.name, now, wait=self.stop_wait, hint=self._remote_state, by=by
+                )
                 break
             except (SecretError, AuthError):
                 raise
@@ -453,7 +471,13 @@ class RemoteKubeSpawner(Spawner):
         if code == 202:
             await self._wait_gone(deadline)
         self._url = None
-        self.log.info("spawnerd server stopped %s pod=%s", self._who, self._remote_state.get("pod_name"))
+        self.log.info(
+            "spawnerd server stopped %s pod=%s by=%s:%s",
+            self._who,
+            self._remote_state.get("pod_name"),
+            by["kind"],
+            by.get("name", ""),
+        )
 
     def _cancel_start(self):
         # JupyterHub 3.x gives up on a slow start() without cancelling it; a

@@ -39,7 +39,7 @@ class TestStopWait(SpawnerTestCase):
     async def test_delete_sends_the_wait(self):
         spawner = self.spawner(request_timeout=10, stop_wait=4.5)
         await spawner.stop()
-        self.assertEqual(self.fake.of("DELETE")[0].query, {"now": "false", "wait": "4.5s"})
+        self.assertEqual(self.fake.of("DELETE")[0].query, {"now": "false", "wait": "4.5s", "by": "hub"})
 
 
 class TestStartDeadline(SpawnerTestCase):

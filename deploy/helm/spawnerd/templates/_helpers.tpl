@@ -107,3 +107,76 @@ value given, else the one already in the cluster, else a new random one.
 {{- default (printf "%s-webhook-cert" (include "spawnerd.fullname" .)) .Values.webhook.certSecret }}
 {{- end }}
 {{- end }}
+
+{{/* spawnerd.historyDir is where the SQLite history volume is mounted. */}}
+{{- define "spawnerd.historyDir" -}}
+/var/lib/spawnerd
+{{- end }}
+
+{{/* spawnerd.historyClaim is the SQLite history's PersistentVolumeClaim: the one given, else the chart's. */}}
+{{- define "spawnerd.historyClaim" -}}
+{{- default (printf "%s-history" (include "spawnerd.fullname" .)) .Values.history.sqlite.persistence.existingClaim }}
+{{- end }}
+
+{{/*
+spawnerd.historyDSNRef is the secretKeyRef of the PostgreSQL DSN: a Secret
+of the operator's (history.postgres.existingSecret), else the key history-dsn
+of the chart's Secret or of the one that replaces it (secret.existingSecret).
+*/}}
+{{- define "spawnerd.historyDSNRef" -}}
+{{- with .Values.history.postgres.existingSecret }}
+name: {{ . }}
+key: {{ required "history.postgres.dsnKey names the DSN's key in history.postgres.existingSecret" $.Values.history.postgres.dsnKey }}
+{{- else }}
+name: {{ include "spawnerd.secretName" . }}
+key: history-dsn
+{{- end }}
+{{- end }}
+
+{{/*
+spawnerd.validate refuses, at render time, settings that cannot work, each
+with the values to change.
+*/}}
+{{- define "spawnerd.validate" -}}
+{{- $h := .Values.history }}
+{{- if not (has $h.store (list "sqlite" "postgres")) }}
+{{- fail (printf "history.store is %q: want sqlite (one replica) or postgres" (toString $h.store)) }}
+{{- end }}
+{{- if eq $h.store "sqlite" }}
+{{- /* SQLite is a file one process writes; on a shared volume it is not a replicated store. */}}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "history.store=sqlite keeps the session history in a file for ONE replica, but replicaCount is %d: set history.store=postgres with history.postgres.dsn (or history.postgres.existingSecret) for replicas, or replicaCount=1" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if or $h.postgres.dsn $h.postgres.existingSecret }}
+{{- fail "history.postgres is set but history.store is sqlite: set history.store=postgres to use the database, or leave history.postgres empty" }}
+{{- end }}
+{{- else }}
+{{- if and $h.postgres.dsn $h.postgres.existingSecret }}
+{{- fail "history.postgres: set dsn or existingSecret, not both" }}
+{{- end }}
+{{- if not $h.postgres.existingSecret }}
+{{- if .Values.secret.existingSecret }}
+{{- if $h.postgres.dsn }}
+{{- fail (printf "history.postgres.dsn goes into the chart's Secret, which secret.existingSecret replaces: put the DSN into Secret %q under the key history-dsn (and leave history.postgres.dsn empty), or name a Secret with history.postgres.existingSecret" .Values.secret.existingSecret) }}
+{{- end }}
+{{- else if not $h.postgres.dsn }}
+{{- fail "history.store=postgres needs the database: set history.postgres.dsn, or history.postgres.existingSecret (and dsnKey)" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $c := .Values.console }}
+{{- if $c.enabled }}
+{{- if not .Values.hub.apiURL }}
+{{- fail "console.enabled needs hub.apiURL: the console logs users in through the hub's OAuth. Set hub.apiURL, or console.enabled=false" }}
+{{- end }}
+{{- /* The hub serves its services under its own base_url. */}}
+{{- range $key, $prefix := dict "console.prefix" $c.prefix "console.hubPublicPrefix" $c.hubPublicPrefix }}
+{{- if not (and (hasPrefix $.Values.hub.baseURL (toString $prefix)) (hasSuffix "/" (toString $prefix))) }}
+{{- fail (printf "%s is %q: it must start with hub.baseURL %q and end with /" $key (toString $prefix) $.Values.hub.baseURL) }}
+{{- end }}
+{{- end }}
+{{- if not (and $c.scope $c.oauthClientID) }}
+{{- fail "console.scope and console.oauthClientID must be set with console.enabled" }}
+{{- end }}
+{{- end }}
+{{- end }}

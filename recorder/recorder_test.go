@@ -1,0 +1,332 @@
+package recorder
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/dsmlp/spawner/history"
+	"github.com/dsmlp/spawner/poll"
+	"github.com/dsmlp/spawner/reservation"
+	"github.com/dsmlp/spawner/serverid"
+	"github.com/dsmlp/spawner/spawner"
+)
+
+var t0 = time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+
+// memStore keeps records as the real store does: the first of a kind wins.
+type memStore struct {
+	mu    sync.Mutex
+	recs  map[string]map[history.EventKind]history.Record
+	calls int
+	fail  error
+}
+
+func newMemStore() *memStore { return &memStore{recs: map[string]map[history.EventKind]history.Record{}} }
+
+func (s *memStore) Record(_ context.Context, recs ...history.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.fail != nil {
+		return s.fail
+	}
+	for _, r := range recs {
+		m := s.recs[r.UID]
+		if m == nil {
+			m = map[history.EventKind]history.Record{}
+			s.recs[r.UID] = m
+		}
+		if _, ok := m[r.Kind]; !ok {
+			m[r.Kind] = r
+		}
+	}
+	return nil
+}
+
+func (s *memStore) Recorded(_ context.Context, uids []string) (map[string]map[history.EventKind]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[history.EventKind]bool{}
+	for _, uid := range uids {
+		for k := range s.recs[uid] {
+			if out[uid] == nil {
+				out[uid] = map[history.EventKind]bool{}
+			}
+			out[uid][k] = true
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) get(uid string, kind history.EventKind) (history.Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[uid][kind]
+	return r, ok
+}
+
+// notebook is a running notebook pod of alice's default server.
+func notebook(mut ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "jupyter-alice", Namespace: "jhub", UID: types.UID("uid-1"),
+			CreationTimestamp: metav1.NewTime(t0.Add(time.Second)),
+			Labels:            map[string]string{serverid.LabelKey: serverid.Key("alice", ""), spawner.LabelCourse: "DSC10", spawner.LabelGPUClass: "a5000"},
+			Annotations: map[string]string{
+				serverid.AnnotationUser: "alice", serverid.AnnotationServer: "", serverid.AnnotationProfile: "gpu",
+				serverid.AnnotationRequestedBy: serverid.RequestedBy("user", "alice", t0),
+				"galends/booking-reference":    "res-7", "galends/reservation-kind": "booking",
+			},
+		},
+		Spec: corev1.PodSpec{NodeName: "gpu-1", Containers: []corev1.Container{{Name: poll.NotebookContainer, Image: "scipy:1"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(2 * time.Second))},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(9 * time.Second))},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: poll.NotebookContainer, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+		},
+	}
+	for _, m := range mut {
+		m(p)
+	}
+	return p
+}
+
+func terminated(code int32, reason string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: code, Reason: reason, FinishedAt: metav1.NewTime(t0.Add(time.Hour))}}
+	}
+}
+
+func annotate(k, v string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Annotations[k] = v }
+}
+
+func engineEvent(reason, msg string) *corev1.Event {
+	return &corev1.Event{Reason: reason, Message: msg, Source: corev1.EventSource{Component: reservation.Component},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "jupyter-alice", Namespace: "jhub", UID: "uid-1"}}
+}
+
+func TestClassify(t *testing.T) {
+	evicted := func(p *corev1.Pod) {
+		p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+	}
+	podGC := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodFailed
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "DeletionByPodGC", Message: "PodGC: node no longer exists"})
+	}
+	for name, tc := range map[string]struct {
+		pod     *corev1.Pod
+		deleted bool
+		events  []*corev1.Event
+		want    history.Stopper
+		reason  string
+		code    *int
+	}{
+		"user stop":          {pod: notebook(annotate(serverid.AnnotationStopRequested, "user:alice")), deleted: true, want: history.StopperUser},
+		"admin stop":         {pod: notebook(annotate(serverid.AnnotationStopRequested, "admin:bob")), deleted: true, want: history.StopperAdmin},
+		"culler stop":        {pod: notebook(annotate(serverid.AnnotationStopRequested, "culler:idle-culler")), deleted: true, want: history.StopperCuller},
+		"service stop":       {pod: notebook(annotate(serverid.AnnotationStopRequested, "service:grader")), deleted: true, want: history.StopperService},
+		"legacy hub stop":    {pod: notebook(annotate(serverid.AnnotationStopRequested, "hub")), deleted: true, want: history.StopperHub},
+		"start timeout":      {pod: notebook(annotate(serverid.AnnotationStopRequested, serverid.StopByTimeout)), deleted: true, want: history.StopperStartTimeout},
+		"evicted":            {pod: notebook(evicted), want: history.StopperEvicted, reason: "Evicted"},
+		"oom":                {pod: notebook(terminated(137, "OOMKilled")), want: history.StopperOOM, code: ptr(137)},
+		"exit":               {pod: notebook(terminated(0, "Completed")), want: history.StopperContainerExit, code: ptr(0)},
+		"node lost":          {pod: notebook(podGC), want: history.StopperNodeLost, reason: "DeletionByPodGC"},
+		"deleted by someone": {pod: notebook(), deleted: true, want: history.StopperDeleted, reason: poll.ReasonDeleted},
+		"preempted":          {pod: notebook(), deleted: true, events: []*corev1.Event{engineEvent(reservation.Preempted, "free capacity")}, want: history.StopperPreempted, reason: reservation.Preempted},
+		"booking cancelled":  {pod: notebook(), deleted: true, events: []*corev1.Event{engineEvent(reservation.ReservationCancelled, "cancelled")}, want: history.StopperReservationCancelled, reason: reservation.ReservationCancelled},
+		"booking reassigned": {pod: notebook(), deleted: true, events: []*corev1.Event{engineEvent(reservation.ReservationReassigned, "to bob")}, want: history.StopperReservationReassigned, reason: reservation.ReservationReassigned},
+		"another pod's engine event": {pod: notebook(), deleted: true, events: []*corev1.Event{func() *corev1.Event {
+			e := engineEvent(reservation.Preempted, "x")
+			e.InvolvedObject.UID = "older-pod"
+			return e
+		}()}, want: history.StopperDeleted, reason: poll.ReasonDeleted},
+	} {
+		t.Run(name, func(t *testing.T) {
+			info, stopped := poll.StopOf(tc.pod)
+			if tc.deleted {
+				info = poll.EndOf(tc.pod)
+			} else if !stopped {
+				t.Fatal("fixture is not stopped")
+			}
+			got, facts := Classify(tc.pod, info, tc.events)
+			if got != tc.want {
+				t.Errorf("stopper %q, want %q", got, tc.want)
+			}
+			if tc.reason != "" && facts.Reason != tc.reason {
+				t.Errorf("reason %q, want %q", facts.Reason, tc.reason)
+			}
+			if (tc.code == nil) != (facts.ExitCode == nil) || tc.code != nil && *tc.code != *facts.ExitCode {
+				t.Errorf("exit code %v, want %v", facts.ExitCode, tc.code)
+			}
+		})
+	}
+}
+
+func ptr(i int) *int { return &i }
+
+func newRecorder(t *testing.T, store Store, pods ...*corev1.Pod) *Recorder {
+	t.Helper()
+	r, err := New(Options{Store: store, AnnotationPrefix: "galends/", Clock: clocktesting.NewFakePassiveClock(t0.Add(2 * time.Hour)),
+		Pods: func() []*corev1.Pod { return pods }, Elected: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestObserveRecordsTheLife(t *testing.T) {
+	store := newMemStore()
+	r := newRecorder(t, store)
+	h := r.Handler()
+	h.OnAdd(notebook(), false) // not leading: nothing
+	if r.pendingLen() != 0 {
+		t.Fatalf("a follower queued %d records", r.pendingLen())
+	}
+	r.SetLeading(true)
+	<-r.rescan // Run would rescan; this test drives the handler alone
+	h.OnAdd(notebook(), false)
+	h.OnUpdate(nil, notebook()) // unchanged: nothing new
+	if n := r.pendingLen(); n != 4 {
+		t.Fatalf("queued %d records, want requested, created, scheduled, ready", n)
+	}
+	if err := r.flushOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.OnUpdate(nil, notebook())
+	if n := r.pendingLen(); n != 0 {
+		t.Fatalf("an unchanged pod queued %d records after they were written", n)
+	}
+	req, _ := store.get("uid-1", history.EventRequested)
+	if req.By != (history.Actor{Kind: history.ActorUser, Name: "alice"}) || !req.At.Equal(t0) {
+		t.Errorf("requested %+v", req)
+	}
+	sched, _ := store.get("uid-1", history.EventScheduled)
+	if sched.Node != "gpu-1" || sched.Identity.Reservation != "res-7" || sched.Profile != "gpu" || sched.Image != "scipy:1" ||
+		sched.Course != "DSC10" || sched.GPUClass != "a5000" || sched.ReservationKind != "booking" {
+		t.Errorf("scheduled %+v", sched)
+	}
+	h.OnDelete(notebook(annotate(serverid.AnnotationStopRequested, "culler:idle-culler")))
+	if err := r.flushOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	end, ok := store.get("uid-1", history.EventEnded)
+	if !ok || end.Stopper != history.StopperCuller {
+		t.Errorf("ended %+v", end)
+	}
+}
+
+func TestStopRequestedFirstWins(t *testing.T) {
+	store := newMemStore()
+	r := newRecorder(t, store)
+	// An eviction recorded by the stop reaction...
+	evicted := notebook(func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })
+	info, _ := poll.StopOf(evicted)
+	r.Stopped(context.Background(), evicted, info)
+	// ...is not overwritten by a later stop through the hub.
+	r.StopRequested(context.Background(), notebook(), history.Actor{Kind: history.ActorUser, Name: "alice"}, history.StopperUser)
+	end, _ := store.get("uid-1", history.EventEnded)
+	if end.Stopper != history.StopperEvicted {
+		t.Errorf("stopper %q, want evicted", end.Stopper)
+	}
+	if sr, ok := store.get("uid-1", history.EventStopRequested); !ok || sr.By.Name != "alice" {
+		t.Errorf("stop-requested %+v", sr)
+	}
+}
+
+func TestEngineStoppedBeforeTheDelete(t *testing.T) {
+	store := newMemStore()
+	r := newRecorder(t, store)
+	r.EngineStopped(context.Background(), notebook(), reservation.Preempted, "free capacity for reservation(s) starting 10:20")
+	r.EngineStopped(context.Background(), notebook(), "RuntimeGuaranteed", "not a stop")
+	// The stop reaction then sees the deletion: the engine's end stands.
+	r.Stopped(context.Background(), notebook(), poll.EndOf(notebook()))
+	end, _ := store.get("uid-1", history.EventEnded)
+	if end.Stopper != history.StopperPreempted || end.End.Reason != reservation.Preempted || end.End.Message == "" {
+		t.Errorf("ended %+v", end)
+	}
+}
+
+func TestWriteFailureIsRetried(t *testing.T) {
+	store := newMemStore()
+	store.fail = errors.New("database is down")
+	r := newRecorder(t, store)
+	r.StopRequested(context.Background(), notebook(), history.Actor{Kind: history.ActorAdmin, Name: "bob"}, history.StopperAdmin)
+	if r.pendingLen() == 0 {
+		t.Fatal("a failed write was not queued")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	r.enqueue() // no-op
+	store.mu.Lock()
+	store.fail = nil
+	store.mu.Unlock()
+	select { // wake the writer
+	case r.wake <- struct{}{}:
+	default:
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if end, ok := store.get("uid-1", history.EventEnded); ok {
+			if end.Stopper != history.StopperAdmin {
+				t.Errorf("stopper %q", end.Stopper)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queued records never reached the store")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+func TestRescanSkipsWhatIsRecorded(t *testing.T) {
+	store := newMemStore()
+	pod := notebook()
+	r1 := newRecorder(t, store, pod)
+	r1.rescanPods(context.Background())
+	if err := r1.flushOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	calls := store.calls
+	// A replica taking over asks the store once and writes nothing new.
+	r2 := newRecorder(t, store, pod)
+	r2.rescanPods(context.Background())
+	if n := r2.pendingLen(); n != 0 {
+		t.Errorf("the second replica queued %d records of a recorded pod", n)
+	}
+	if store.calls != calls {
+		t.Errorf("%d writes", store.calls-calls)
+	}
+}
+
+func TestForeignPodsAreIgnored(t *testing.T) {
+	store := newMemStore()
+	r := newRecorder(t, store)
+	forged := notebook(annotate(serverid.AnnotationUser, "mallory"))
+	r.Stopped(context.Background(), forged, poll.EndOf(forged))
+	if len(store.recs) != 0 {
+		t.Errorf("a pod whose key label does not match its annotations was recorded: %+v", store.recs)
+	}
+}
+
+func (r *Recorder) pendingLen() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending)
+}
