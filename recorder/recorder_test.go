@@ -29,7 +29,9 @@ type memStore struct {
 	fail  error
 }
 
-func newMemStore() *memStore { return &memStore{recs: map[string]map[history.EventKind]history.Record{}} }
+func newMemStore() *memStore {
+	return &memStore{recs: map[string]map[history.EventKind]history.Record{}}
+}
 
 func (s *memStore) Record(_ context.Context, recs ...history.Record) error {
 	s.mu.Lock()
