@@ -381,6 +381,9 @@ func (h *handlers) progress(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if !websocket.IsWebSocketUpgrade(c.Request()) {
+		return &apiError{status: http.StatusBadRequest, msg: "progress is a WebSocket: send a GET with Connection: Upgrade and Upgrade: websocket", field: "Upgrade"}
+	}
 	srv := h.opts.Servers.Server(key, lifecycle.Hint{})
 	// The stream outlives the server's read and write timeouts: lift them
 	// for this connection (the upgrader clears the socket's deadlines as
@@ -487,7 +490,11 @@ func (h *handlers) adminServer(c echo.Context) error {
 	}
 	srv := h.opts.Servers.ServerWithEvents(lifecycle.Key{User: user, Server: server}, 20)
 	if srv.Status == lifecycle.StatusAbsent {
-		return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("no server %q for user %q", server, user), field: "server"}
+		what := "no default server"
+		if server != "" {
+			what = fmt.Sprintf("no server %q", server)
+		}
+		return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("%s for user %q", what, user), field: "server"}
 	}
 	return c.JSON(http.StatusOK, srv)
 }

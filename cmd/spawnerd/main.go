@@ -2,7 +2,7 @@
 //
 //	spawnerd serve  --config FILE [flags]     # the HTTP service
 //	spawnerd render --config FILE --user NAME [--user-id N] [--server NAME] [--profile SLUG] [--option KEY=VALUE]... [--hub-namespace NS]
-//	spawnerd admin  [--url URL] COMMAND ...              # GPU reservation admin (bookings, classes, charges, risk)
+//	spawnerd admin  [--url URL] COMMAND ...              # servers, session history (sessions, why), GPU reservations
 package main
 
 import (

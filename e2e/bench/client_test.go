@@ -72,12 +72,12 @@ func (c *apiClient) start(ctx context.Context, user string) error {
 }
 
 // server polls a user's default server.
-func (c *apiClient) server(ctx context.Context, user string) (harness.ServerModel, error) {
+func (c *apiClient) server(ctx context.Context, user string) (*lifecycle.Server, error) {
 	m, err := c.api.As(apiclient.User{Name: user}).Poll(ctx, user, "", lifecycle.Hint{})
 	if err != nil {
-		return harness.ServerModel{}, fmt.Errorf("poll %s: %w", user, err)
+		return nil, fmt.Errorf("poll %s: %w", user, err)
 	}
-	return *m, nil
+	return m, nil
 }
 
 // awaitRunning polls the users' servers until every one reports running and

@@ -67,8 +67,11 @@ func (e *Env) StartSpawnerd(t testing.TB, bin string, opts SpawnerdOptions) *Spa
 		t.Fatal(err)
 	}
 	port := FreePort(t)
+	// A session history of the test's own (its replicas share the file); a
+	// --history-dsn in opts.Args comes later and wins.
 	args := append([]string{"serve", "--config", cfgPath, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--kubeconfig", e.Cluster.Kubeconfig(), "--shared-secret-file", secretPath}, opts.Args...)
+		"--kubeconfig", e.Cluster.Kubeconfig(), "--shared-secret-file", secretPath,
+		"--history-dsn", "sqlite://" + filepath.Join(dir, "history.db")}, opts.Args...)
 	s := &Spawnerd{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Secret: secret, ConfigPath: cfgPath, bin: bin, args: args, env: opts.Env, t: t}
 	s.client = newClient(t, s.URL, secret)
 	s.start(t)
@@ -147,17 +150,54 @@ func (s *Spawnerd) Do(method, path, user string, admin bool, body any, out any) 
 	return code
 }
 
-// ServerModel is the API's server model.
-type ServerModel = lifecycle.Server
+// ServerModel is the API's server model (lifecycle.Server) without its
+// events and Spark cluster: tests that read those embed ServerModel beside
+// fields of their own named events and spark, which a decode fills only
+// if no embedded field has the same JSON name.
+type ServerModel struct {
+	User            string                `json:"user"`
+	Server          string                `json:"server"`
+	Status          string                `json:"status"`
+	URL             *string               `json:"url"`
+	ExitCode        *int                  `json:"exit_code"`
+	Message         string                `json:"message"`
+	Pod             string                `json:"pod"`
+	Namespace       string                `json:"namespace"`
+	Node            string                `json:"node"`
+	PodIP           string                `json:"pod_ip"`
+	Phase           string                `json:"phase"`
+	UID             string                `json:"uid"`
+	Profile         string                `json:"profile"`
+	Image           string                `json:"image"`
+	Course          string                `json:"course"`
+	GPUClass        string                `json:"gpu_class"`
+	Reservation     string                `json:"reservation"`
+	GuaranteeStatus string                `json:"guarantee_status"`
+	Stopped         *lifecycle.StopReason `json:"stopped"`
+	State           map[string]string     `json:"state"`
+}
+
+// serverModel is the part of a server the tests read as ServerModel.
+func serverModel(s *lifecycle.Server) ServerModel {
+	return ServerModel{User: s.User, Server: s.Server, Status: s.Status, URL: s.URL, ExitCode: s.ExitCode, Message: s.Message,
+		Pod: s.Pod, Namespace: s.Namespace, Node: s.Node, PodIP: s.PodIP, Phase: s.Phase, UID: s.UID, Profile: s.Profile,
+		Image: s.Image, Course: s.Course, GPUClass: s.GPUClass, Reservation: s.Reservation, GuaranteeStatus: s.GuaranteeStatus,
+		Stopped: s.Stopped, State: s.State}
+}
 
 // Poll reads a server's status, signed for its user.
 func (s *Spawnerd) Poll(user, server string) ServerModel {
 	s.t.Helper()
-	m, err := s.Client(apiclient.User{Name: user}).Poll(context.Background(), user, server, lifecycle.Hint{})
+	m, err := s.PollServer(context.Background(), user, server)
 	if err != nil {
 		s.t.Fatalf("poll %s/%s: %v", user, server, err)
 	}
-	return *m
+	return serverModel(m)
+}
+
+// PollServer reads a server's whole model, signed for its user.
+func (s *Spawnerd) PollServer(ctx context.Context, user, server string) (*lifecycle.Server, error) {
+	return s.Client(apiclient.User{Name: user}).Poll(ctx, user, server, lifecycle.Hint{})
 }
 
 // WaitStatus polls until the server reaches status and returns its model.

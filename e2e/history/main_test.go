@@ -90,7 +90,6 @@ type stackOptions struct {
 	args     []string // more spawnerd flags
 	hubEnv   []string // more hub environment
 	hubPoll  int      // the hub's poll_interval, seconds (default 600: every reaction seen is spawnerd's)
-	adminDir string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
