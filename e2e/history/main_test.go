@@ -86,10 +86,10 @@ type stack struct {
 
 // stackOptions tune newStack.
 type stackOptions struct {
-	dsn      string   // the history DSN; empty: a SQLite file of the test's
-	args     []string // more spawnerd flags
-	hubEnv   []string // more hub environment
-	hubPoll  int      // the hub's poll_interval, seconds (default 600: every reaction seen is spawnerd's)
+	dsn     string   // the history DSN; empty: a SQLite file of the test's
+	args    []string // more spawnerd flags
+	hubEnv  []string // more hub environment
+	hubPoll int      // the hub's poll_interval, seconds (default 600: every reaction seen is spawnerd's)
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
