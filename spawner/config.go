@@ -36,6 +36,8 @@ type Config struct {
 	profiles []Profile
 	// place caches where the configuration can put pods.
 	place placementCache
+	// resolved caches Resolve's settings per user_options.
+	resolved resolveCache
 }
 
 // Settings holds KubeSpawner's traits under their KubeSpawner names and

@@ -463,7 +463,26 @@ func (c *Config) ProfileSlug(userOptions map[string]any) string {
 // returns the effective settings. Overrides apply in KubeSpawner's order:
 // the profile's kubespawner_override, then each option's choice. Bad input
 // yields a *FieldError naming the user_options key.
+//
+// The settings of each distinct user_options are computed once per Config
+// and shared: callers must not modify them (copy the struct to change a
+// field). A Config never changes, so the cache needs no invalidation; a
+// changed configuration file is a new Config.
 func (c *Config) Resolve(userOptions map[string]any) (*Settings, error) {
+	key, cacheable := resolveKey(userOptions)
+	if cacheable {
+		if s, ok := c.resolved.get(key); ok {
+			return s, nil
+		}
+	}
+	s, err := c.resolve(userOptions)
+	if err == nil && cacheable {
+		c.resolved.put(key, s)
+	}
+	return s, err
+}
+
+func (c *Config) resolve(userOptions map[string]any) (*Settings, error) {
 	opts := userOptionsView(userOptions)
 	raw := deepCopy(c.base).(map[string]any)
 	// userKeys maps traits set from a user's free text to the user_options

@@ -381,3 +381,37 @@ func indent(s, prefix string) string {
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
+
+// Resolve computes the settings of each distinct user_options once: equal
+// options (in any key order) share one result, different ones do not, and
+// a refused choice is refused every time.
+func TestResolveIsComputedOncePerOptions(t *testing.T) {
+	cfg := mustParse(t, profilesConfig)
+	a, err := cfg.Resolve(map[string]any{"profile": "ds", "size": "big", "only-unlisted--unlisted-choice": "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cfg.Resolve(map[string]any{"only-unlisted--unlisted-choice": "t", "size": "big", "profile": "ds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Error("equal user_options were resolved twice")
+	}
+	c, err := cfg.Resolve(map[string]any{"profile": "ds", "size": "medium", "only-unlisted--unlisted-choice": "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == a || c.CPULimit == a.CPULimit {
+		t.Errorf("different options share settings: cpu_limit %v and %v", a.CPULimit, c.CPULimit)
+	}
+	for range 2 {
+		if _, err := cfg.Resolve(map[string]any{"profile": "ds", "image--unlisted-choice": "evil/miner:1", "only-unlisted--unlisted-choice": "t"}); err == nil {
+			t.Fatal("an image outside validation_regex was accepted")
+		}
+	}
+	// A fresh Config starts empty: the cache lives and dies with it.
+	if d, _ := mustParse(t, profilesConfig).Resolve(map[string]any{"profile": "ds", "size": "big", "only-unlisted--unlisted-choice": "t"}); d == a {
+		t.Error("two configurations share a cached result")
+	}
+}

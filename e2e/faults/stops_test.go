@@ -13,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
 )
 
@@ -191,6 +193,51 @@ func TestLeaderKilledDuringEvictions(t *testing.T) {
 	var ft faultTable
 	ft.add(fmt.Sprintf("leader SIGKILL during %d evictions", evictedServers), evictedServers, lost, takeover)
 	ft.log(t)
+	checkHistory(t, st, users, history.StopperEvicted)
+}
+
+// checkHistory reads the session history through the balancer: every
+// user has exactly one session, ended by want, whichever replica (the
+// killed leader or its successor) recorded it, and however often.
+func checkHistory(t *testing.T, st *stack, users []string, want history.Stopper) {
+	t.Helper()
+	c, err := apiclient.New(st.lb.URL, apiclient.User{Name: "admin", Admin: true}, apiclient.SharedSecret(st.secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wanted := map[string]bool{}
+	for _, u := range users {
+		wanted[u] = true
+	}
+	sessions := map[string]int{}
+	wrong := 0
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, harness.Timeout, true, func(ctx context.Context) (bool, error) {
+		clear(sessions)
+		wrong = 0
+		for s, err := range c.AllSessions(ctx, apiclient.SessionFilter{Since: st.started.Format(time.RFC3339)}) {
+			if err != nil {
+				return false, nil
+			}
+			if !wanted[s.User] {
+				continue
+			}
+			sessions[s.User]++
+			if s.Stopper != want {
+				wrong++
+			}
+		}
+		return len(sessions) == len(users) && wrong == 0, nil
+	})
+	doubled := 0
+	for _, n := range sessions {
+		if n > 1 {
+			doubled++
+		}
+	}
+	t.Logf("history: %d of %d servers recorded, %d ended otherwise than %s, %d with more than one session", len(sessions), len(users), wrong, want, doubled)
+	if err != nil || doubled > 0 {
+		t.Errorf("the history does not hold one %s session per server", want)
+	}
 }
 
 // TestHubDownWhilePodsStop: the hub is down for 60 s while 50 pods stop;

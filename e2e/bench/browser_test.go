@@ -1,0 +1,101 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium is Debian's browser, installed by hack/debian-deps.sh.
+const chromium = "/usr/bin/chromium"
+
+// loadedAtScript runs in every page the tab opens, before the page's own
+// scripts: it notes when the page's main container gets data-loaded (the
+// console's scripts set it once the page's data is rendered), in
+// milliseconds since the navigation started (performance.now's origin).
+const loadedAtScript = `(function () {
+  function mark() {
+    var m = document.getElementById('main');
+    if (m && m.hasAttribute('data-loaded') && window.__loadedAt === undefined) {
+      window.__loadedAt = performance.now();
+    }
+    return window.__loadedAt !== undefined;
+  }
+  new MutationObserver(function (_, o) { if (mark()) o.disconnect(); })
+    .observe(document, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-loaded'] });
+})();`
+
+// browser is one headless Chromium tab.
+type browser struct {
+	ctx    context.Context
+	cancel func()
+}
+
+// startBrowser starts Chromium with a profile in dir and opens a tab that
+// notes each page's load time.
+func startBrowser(dir string) (*browser, error) {
+	if _, err := os.Stat(chromium); err != nil {
+		return nil, fmt.Errorf("%s is missing (make deps installs it): %w", chromium, err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(dir))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelTab := chromedp.NewContext(actx)
+	br := &browser{ctx: bctx, cancel: func() { cancelTab(); cancelAlloc() }}
+	// The first call starts the browser and must carry no timeout of its own.
+	err := chromedp.Do(bctx, chromedp.Navigate("about:blank"), chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		return t.Call(ctx, "Page.addScriptToEvaluateOnNewDocument", map[string]string{"source": loadedAtScript}, nil)
+	}))
+	if err != nil {
+		br.cancel()
+		return nil, fmt.Errorf("starting %s: %w", chromium, err)
+	}
+	return br, nil
+}
+
+// login logs in at url (a console page) through the hub's login form and
+// waits until the console's page has loaded its data.
+func (br *browser) login(url, user, password string) error {
+	ctx, cancel := context.WithTimeout(br.ctx, 2*time.Minute)
+	defer cancel()
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS("#username_input")),
+		chromedp.SendKeys(chromedp.CSS("#username_input"), user),
+		chromedp.SendKeys(chromedp.CSS("#password_input"), password),
+		chromedp.Click(chromedp.CSS("#login_submit")),
+	)
+	if err != nil {
+		return fmt.Errorf("the hub's login form: %w", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`location.pathname !== '/hub/login' && !!document.querySelector('#main[data-loaded]')`,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		loc, _ := chromedp.Run(br.ctx, chromedp.Location())
+		return fmt.Errorf("after the login the console never loaded (at %s): %w", loc, err)
+	}
+	return nil
+}
+
+// load opens url from a blank page and returns the time from the start of
+// the navigation until the page's main container was marked loaded, and
+// the value of check, evaluated then.
+func (br *browser) load(url, check string) (time.Duration, string, error) {
+	ctx, cancel := context.WithTimeout(br.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(url)); err != nil {
+		return 0, "", fmt.Errorf("opening %s: %w", url, err)
+	}
+	ms, err := chromedp.Run(ctx, chromedp.Poll[float64](`window.__loadedAt`,
+		chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)))
+	if err != nil {
+		return 0, "", fmt.Errorf("%s never marked loaded: %w", url, err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](check))
+	if err != nil {
+		return 0, "", fmt.Errorf("%s: %s: %w", url, check, err)
+	}
+	return time.Duration(ms * float64(time.Millisecond)), got, nil
+}
