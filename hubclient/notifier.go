@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/dsmlp/spawner/poll"
 )
@@ -22,12 +23,22 @@ type Notifier struct {
 	Proxy   *Proxy // may be nil: no fallback
 	BaseURL string // JupyterHub.base_url, for the route path
 	Logger  *zap.Logger
+
+	// calls coalesces reports of one server made at the same time (two
+	// pods of it ending together, a retry racing the first try): the hub
+	// gets one call, and every report its answer.
+	calls singleflight.Group
 }
 
 var _ poll.Notifier = (*Notifier)(nil)
 
 // ServerStopped implements poll.Notifier.
 func (n *Notifier) ServerStopped(ctx context.Context, s poll.ServerRef, why poll.StopInfo) error {
+	_, err, _ := n.calls.Do(s.User+"\x00"+s.Server, func() (any, error) { return nil, n.serverStopped(ctx, s, why) })
+	return err
+}
+
+func (n *Notifier) serverStopped(ctx context.Context, s poll.ServerRef, why poll.StopInfo) error {
 	if n.Hub == nil {
 		return errors.New("hub notifier: no hub client")
 	}

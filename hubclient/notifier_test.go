@@ -2,6 +2,10 @@ package hubclient
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,5 +65,53 @@ func waitUntil(t *testing.T, cond func() bool) {
 		func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Reports of one server made at the same time reach the hub as one call,
+// and each gets its answer; another server's report is its own call.
+func TestNotifierCoalescesReportsOfOneServer(t *testing.T) {
+	release := make(chan struct{})
+	var calls sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := calls.LoadOrStore(r.URL.EscapedPath(), new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	n := &Notifier{Hub: NewHub(srv.URL+"/hub/api/", testToken, srv.Client()), Logger: zaptest.NewLogger(t)}
+	var wg, started sync.WaitGroup
+	errs := make(chan error, 6)
+	started.Add(6)
+	for i := range 6 {
+		user := "alice"
+		if i == 5 {
+			user = "bob"
+		}
+		wg.Go(func() {
+			started.Done()
+			errs <- n.ServerStopped(context.Background(), poll.ServerRef{User: user, Pod: "p"}, poll.StopInfo{})
+		})
+	}
+	started.Wait()
+	// Every report is in flight before the hub answers the first.
+	waitUntil(t, func() bool {
+		a, okA := calls.Load("/hub/api/users/alice/server")
+		b, okB := calls.Load("/hub/api/users/bob/server")
+		return okA && okB && a.(*atomic.Int32).Load() >= 1 && b.(*atomic.Int32).Load() == 1
+	})
+	time.Sleep(200 * time.Millisecond) // the other alice reports, started, join the call in flight
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	a, _ := calls.Load("/hub/api/users/alice/server")
+	if got := a.(*atomic.Int32).Load(); got != 1 {
+		t.Errorf("five reports of alice's server made %d hub calls, want 1", got)
 	}
 }

@@ -725,23 +725,32 @@ func (w *Watcher) enforceDeadline(ctx context.Context, key cache.ObjectName, pod
 
 func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *corev1.Pod, info *StopInfo) error {
 	rec := w.recordStop(key, pod.UID, serverRefOf(pod), *info, false, requestedStop(pod))
-	w.tellOnStop(ctx, pod, rec)
-	var delErr error
 	w.mu.Lock()
 	deleted := rec.deleted || pod.DeletionTimestamp != nil
 	w.mu.Unlock()
+	// The history's record, the delete and the hub's report do not wait
+	// for each other: each is one round trip to a different server. The
+	// pod is released (its finalizer dropped) only once all are done, so a
+	// replica that dies midway leaves the rest to the next leader. The hub
+	// is told even if the delete failed (it is retried): the hub sees the
+	// stop through poll either way and should not wait for RBAC or API
+	// trouble to be fixed.
+	var delErr, notifyErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { w.tellOnStop(ctx, pod, rec) })
 	if w.opts.DeleteStoppedPods && !deleted {
-		if delErr = w.deletePod(ctx, pod); delErr == nil {
-			w.mu.Lock()
-			rec.deleted = true
-			w.mu.Unlock()
-		}
+		wg.Go(func() {
+			if delErr = w.deletePod(ctx, pod); delErr == nil {
+				w.mu.Lock()
+				rec.deleted = true
+				w.mu.Unlock()
+			}
+		})
 	}
-	// The hub is told even if the delete failed (it is retried): the hub
-	// sees the stop through poll either way and should not wait for RBAC
-	// or API trouble to be fixed.
-	if err := w.notify(ctx, pod.UID); err != nil {
-		return errors.Join(delErr, err)
+	wg.Go(func() { notifyErr = w.notify(ctx, pod.UID) })
+	wg.Wait()
+	if notifyErr != nil {
+		return errors.Join(delErr, notifyErr)
 	}
 	// Told (or nothing to tell): the pod may go now.
 	if serverid.HasFinalizer(pod) && (pod.DeletionTimestamp != nil || rec.deleted || !w.opts.DeleteStoppedPods) {

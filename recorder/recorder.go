@@ -68,6 +68,10 @@ type Recorder struct {
 
 	mu      sync.Mutex
 	pending []history.Record
+	// seq counts the records ever queued, done those stored or dropped;
+	// waiters are the Writes waiting for done to reach theirs.
+	seq, done uint64
+	waiters   []waiter
 	// written are the kinds this process wrote (or found written) per pod
 	// UID, so an unchanged pod costs no write.
 	written map[string]*seen
@@ -251,14 +255,7 @@ func (r *Recorder) unwritten(recs []history.Record) []history.Record {
 	return out
 }
 
-// markWritten remembers records that reached the store; a session that
-// ended is forgotten once its pod is gone.
-func (r *Recorder) markWritten(recs []history.Record) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.markLocked(recs)
-}
-
+// markLocked remembers records as written (or queued); r.mu is held.
 func (r *Recorder) markLocked(recs []history.Record) {
 	for _, rec := range recs {
 		r.seenLocked(rec.UID).kinds[rec.Kind] = true
@@ -288,41 +285,85 @@ func (r *Recorder) forget(live map[string]bool) {
 	}
 }
 
-func (r *Recorder) enqueue(recs ...history.Record) {
+// enqueue queues records for the writer and returns the sequence number
+// its last record gets: once done reaches it, they are stored (or dropped).
+func (r *Recorder) enqueue(recs ...history.Record) uint64 {
 	if len(recs) == 0 {
-		return
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.seq
 	}
 	r.mu.Lock()
 	// Queued counts as written: the queue keeps them until the store has them.
 	r.markLocked(recs)
 	r.pending = append(r.pending, recs...)
+	r.seq += uint64(len(recs))
+	upTo := r.seq
 	if over := len(r.pending) - r.opts.MaxPending; over > 0 {
 		r.log.Error("session history: the store is behind; dropping the oldest records", zap.Int("dropped", over))
 		r.pending = append(r.pending[:0:0], r.pending[over:]...)
+		r.doneLocked(uint64(over))
 	}
 	r.mu.Unlock()
+	r.wakeWriter()
+	return upTo
+}
+
+func (r *Recorder) wakeWriter() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
-// Write writes records at once, for an actor that must know they are
-// stored before it lets the pod go; what the store refuses within
-// WriteTimeout is queued and retried.
+// doneLocked counts n more records as stored (or given up) and releases
+// the writers waiting for them; r.mu is held.
+func (r *Recorder) doneLocked(n uint64) {
+	r.done += n
+	kept := r.waiters[:0]
+	for _, w := range r.waiters {
+		if w.upTo <= r.done {
+			close(w.ch)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	r.waiters = kept
+}
+
+// waiter is a Write waiting for its records to be stored.
+type waiter struct {
+	upTo uint64
+	ch   chan struct{}
+}
+
+// Write stores records before it returns, for an actor that must know they
+// are stored before it lets the pod go. Writes made at the same time go
+// into one transaction (group commit), so a thousand stops at once cost a
+// few transactions, not a thousand contending ones. After WriteTimeout it
+// returns anyway; the records stay queued and are retried.
 func (r *Recorder) Write(ctx context.Context, recs ...history.Record) {
 	if len(recs) == 0 {
 		return
 	}
-	wctx, cancel := context.WithTimeout(ctx, r.opts.WriteTimeout)
-	defer cancel()
-	if err := r.opts.Store.Record(wctx, recs...); err != nil {
-		r.log.Warn("session history: write failed; queued for retry", zap.Error(err), zap.String("user", recs[0].User),
-			zap.String("server", recs[0].Server), zap.String("pod", recs[0].Pod), zap.String("namespace", recs[0].Namespace))
-		r.enqueue(recs...)
-		return
+	w := waiter{ch: make(chan struct{})}
+	r.mu.Lock()
+	r.markLocked(recs)
+	r.pending = append(r.pending, recs...)
+	r.seq += uint64(len(recs))
+	w.upTo = r.seq
+	r.waiters = append(r.waiters, w)
+	r.mu.Unlock()
+	r.wakeWriter()
+	t := time.NewTimer(r.opts.WriteTimeout)
+	defer t.Stop()
+	select {
+	case <-w.ch:
+	case <-ctx.Done():
+	case <-t.C:
+		r.log.Warn("session history: the store did not answer in time; the records stay queued", zap.Duration("waited", r.opts.WriteTimeout),
+			zap.String("user", recs[0].User), zap.String("server", recs[0].Server), zap.String("pod", recs[0].Pod), zap.String("namespace", recs[0].Namespace))
 	}
-	r.markWritten(recs)
 }
 
 // Stopped records a stop the stop reaction handles (poll.Options.OnStop):
@@ -438,7 +479,10 @@ func (r *Recorder) flushOnce(ctx context.Context) error {
 			r.mu.Unlock()
 			return err
 		}
-		r.markWritten(batch)
+		r.mu.Lock()
+		r.markLocked(batch)
+		r.doneLocked(uint64(n))
+		r.mu.Unlock()
 	}
 }
 

@@ -3,6 +3,7 @@ package recorder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ type memStore struct {
 	recs  map[string]map[history.EventKind]history.Record
 	calls int
 	fail  error
+	delay time.Duration // each transaction's time
 }
 
 func newMemStore() *memStore {
@@ -36,6 +38,7 @@ func newMemStore() *memStore {
 func (s *memStore) Record(_ context.Context, recs ...history.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	time.Sleep(s.delay)
 	s.calls++
 	if s.fail != nil {
 		return s.fail
@@ -182,10 +185,22 @@ func ptr(i int) *int { return &i }
 func newRecorder(t *testing.T, store Store, pods ...*corev1.Pod) *Recorder {
 	t.Helper()
 	r, err := New(Options{Store: store, AnnotationPrefix: "galends/", Clock: clocktesting.NewFakePassiveClock(t0.Add(2 * time.Hour)),
-		Pods: func() []*corev1.Pod { return pods }, Elected: true})
+		Pods: func() []*corev1.Pod { return pods }, Elected: true, WriteTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// running is newRecorder with its writer running, for the writes a stop
+// waits for.
+func running(t *testing.T, store Store) *Recorder {
+	t.Helper()
+	r := newRecorder(t, store)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	return r
 }
 
@@ -232,7 +247,7 @@ func TestObserveRecordsTheLife(t *testing.T) {
 
 func TestStopRequestedFirstWins(t *testing.T) {
 	store := newMemStore()
-	r := newRecorder(t, store)
+	r := running(t, store)
 	// An eviction recorded by the stop reaction...
 	evicted := notebook(func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })
 	info, _ := poll.StopOf(evicted)
@@ -250,7 +265,7 @@ func TestStopRequestedFirstWins(t *testing.T) {
 
 func TestEngineStoppedBeforeTheDelete(t *testing.T) {
 	store := newMemStore()
-	r := newRecorder(t, store)
+	r := running(t, store)
 	r.EngineStopped(context.Background(), notebook(), reservation.Preempted, "free capacity for reservation(s) starting 10:20")
 	r.EngineStopped(context.Background(), notebook(), "RuntimeGuaranteed", "not a stop")
 	// The stop reaction then sees the deletion: the engine's end stands.
@@ -264,23 +279,28 @@ func TestEngineStoppedBeforeTheDelete(t *testing.T) {
 func TestWriteFailureIsRetried(t *testing.T) {
 	store := newMemStore()
 	store.fail = errors.New("database is down")
-	r := newRecorder(t, store)
-	r.StopRequested(context.Background(), notebook(), history.Actor{Kind: history.ActorAdmin, Name: "bob"}, history.StopperAdmin)
-	if r.pendingLen() == 0 {
-		t.Fatal("a failed write was not queued")
+	r, err := New(Options{Store: store, WriteTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
-	r.enqueue() // no-op
+	defer func() { cancel(); <-done }()
+	// The store is down: the stop waits WriteTimeout, no longer, and the
+	// records stay queued.
+	begin := time.Now()
+	r.StopRequested(context.Background(), notebook(), history.Actor{Kind: history.ActorAdmin, Name: "bob"}, history.StopperAdmin)
+	if waited := time.Since(begin); waited > 2*time.Second {
+		t.Errorf("a stop waited %s for a store that is down", waited)
+	}
+	if r.pendingLen() == 0 {
+		t.Fatal("a failed write was not kept")
+	}
 	store.mu.Lock()
 	store.fail = nil
 	store.mu.Unlock()
-	select { // wake the writer
-	case r.wake <- struct{}{}:
-	default:
-	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if end, ok := store.get("uid-1", history.EventEnded); ok {
 			if end.Stopper != history.StopperAdmin {
@@ -293,8 +313,31 @@ func TestWriteFailureIsRetried(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	<-done
+}
+
+// Stops at the same time share transactions: a hundred of them cost far
+// fewer than a hundred writes.
+func TestConcurrentWritesAreGroupCommitted(t *testing.T) {
+	store := newMemStore()
+	store.delay = 20 * time.Millisecond
+	r := running(t, store)
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			p := notebook(func(p *corev1.Pod) { p.UID = types.UID(fmt.Sprintf("uid-%d", i)) })
+			r.StopRequested(context.Background(), p, history.Actor{Kind: history.ActorUser, Name: "alice"}, history.StopperUser)
+		})
+	}
+	wg.Wait()
+	for i := range 100 {
+		if _, ok := store.get(fmt.Sprintf("uid-%d", i), history.EventEnded); !ok {
+			t.Fatalf("stop %d returned before its record was stored", i)
+		}
+	}
+	if store.calls > 20 {
+		t.Errorf("100 concurrent stops took %d transactions", store.calls)
+	}
+	t.Logf("100 concurrent stops, %d transactions", store.calls)
 }
 
 func TestRescanSkipsWhatIsRecorded(t *testing.T) {
@@ -319,7 +362,7 @@ func TestRescanSkipsWhatIsRecorded(t *testing.T) {
 
 func TestForeignPodsAreIgnored(t *testing.T) {
 	store := newMemStore()
-	r := newRecorder(t, store)
+	r := running(t, store)
 	forged := notebook(annotate(serverid.AnnotationUser, "mallory"))
 	r.Stopped(context.Background(), forged, poll.EndOf(forged))
 	if len(store.recs) != 0 {

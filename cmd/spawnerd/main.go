@@ -133,6 +133,8 @@ func serve(args []string) error {
 	sf.register(fs)
 	var hf historyFlags
 	hf.register(fs)
+	var kf kubeFlags
+	kf.register(fs)
 	var cf consoleFlags
 	cf.register(fs)
 	_ = fs.Parse(args)
@@ -142,6 +144,12 @@ func serve(args []string) error {
 	}
 	if err := limits.check(*stopWait); err != nil {
 		return err
+	}
+	if err := kf.check(); err != nil {
+		return err
+	}
+	if sf.workers < 1 {
+		return fmt.Errorf("--stop-workers must be at least 1, got %d", sf.workers)
 	}
 	rf.limits = limits
 
@@ -179,7 +187,7 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	restCfg.QPS, restCfg.Burst = 200, 400
+	restCfg.QPS, restCfg.Burst = float32(kf.qps), kf.burst
 	restCfg.UserAgent = "spawnerd"
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -189,7 +197,7 @@ func serve(args []string) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 
-	notifier, err := newNotifier(*hubAPI, *hubTokenFile, *proxyAPI, *proxyTokenFile, *baseURL, log)
+	notifier, err := newNotifier(*hubAPI, *hubTokenFile, *proxyAPI, *proxyTokenFile, *baseURL, sf.workers, log)
 	if err != nil {
 		return err
 	}
@@ -206,6 +214,7 @@ func serve(args []string) error {
 		Logger:            log.Named("poll"),
 		Owns:              lifecycle.Ownership(cfg),
 		Elected:           sf.leaseName != "",
+		Workers:           sf.workers,
 	}
 	leaseOpts := sf.options(base.Namespace, rf.identity, log.Named("leader"))
 	if watcherOpts.Elected {
@@ -393,11 +402,15 @@ func (l serverLimits) newServer(h http.Handler) *http.Server {
 		IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
 }
 
-func newNotifier(hubAPI, hubTokenFile, proxyAPI, proxyTokenFile, baseURL string, log *zap.Logger) (*hubclient.Notifier, error) {
+func newNotifier(hubAPI, hubTokenFile, proxyAPI, proxyTokenFile, baseURL string, workers int, log *zap.Logger) (*hubclient.Notifier, error) {
 	if hubAPI == "" && proxyAPI == "" {
 		return nil, nil
 	}
-	httpClient := &http.Client{Timeout: 10 * time.Second}
+	// As many idle connections to the hub as stop workers call it at once:
+	// the default two would make most of a burst of stops dial anew.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = max(workers, 2)
+	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 	n := &hubclient.Notifier{BaseURL: baseURL, Logger: log.Named("hubclient")}
 	if hubAPI != "" {
 		token, err := readToken(hubTokenFile, "SPAWNERD_HUB_TOKEN")

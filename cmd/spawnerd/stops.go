@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,9 @@ import (
 type stopFlags struct {
 	leaseName, leaseNamespace          string
 	duration, renewDeadline, retryWait time.Duration
+	// workers react to stops at once (each deletes, records and reports
+	// one pod).
+	workers int
 }
 
 func (f *stopFlags) register(fs *flag.FlagSet) {
@@ -28,6 +32,26 @@ func (f *stopFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "lease-duration", 15*time.Second, "how long a Lease holds without renewal: the longest takeover after a replica dies")
 	fs.DurationVar(&f.renewDeadline, "lease-renew-deadline", 10*time.Second, "how long the holder retries renewing before it stops acting")
 	fs.DurationVar(&f.retryWait, "lease-retry-period", 2*time.Second, "time between tries to take or renew a Lease")
+	fs.IntVar(&f.workers, "stop-workers", 64, "stops reacted to at once (each deletes a pod, records its end and tells the hub); also the idle connections kept to the hub")
+}
+
+// kubeFlags bound spawnerd's own rate of Kubernetes API requests (the
+// reservation engine has its own, --reservation-qps).
+type kubeFlags struct {
+	qps   float64
+	burst int
+}
+
+func (f *kubeFlags) register(fs *flag.FlagSet) {
+	fs.Float64Var(&f.qps, "kube-qps", 500, "Kubernetes API requests per second spawnerd may make (client-go's rate limit): spawns, stops, deletes")
+	fs.IntVar(&f.burst, "kube-burst", 1000, "requests above --kube-qps allowed in a burst (a spawn storm, a thousand stops at once)")
+}
+
+func (f *kubeFlags) check() error {
+	if f.qps <= 0 || f.burst < 1 {
+		return fmt.Errorf("--kube-qps must be positive and --kube-burst at least 1, got %v and %d", f.qps, f.burst)
+	}
+	return nil
 }
 
 func (f *stopFlags) options(namespace, identity string, log *zap.Logger) leader.Options {

@@ -71,12 +71,25 @@ func (br *browser) login(url, user, password string) error {
 	if err != nil {
 		return fmt.Errorf("the hub's login form: %w", err)
 	}
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`location.pathname !== '/hub/login' && !!document.querySelector('#main[data-loaded]')`,
-		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute))); err != nil {
-		loc, _ := chromedp.Run(br.ctx, chromedp.Location())
-		return fmt.Errorf("after the login the console never loaded (at %s): %w", loc, err)
+	// The redirects through the hub's OAuth end each evaluation that a
+	// page load interrupts, so ask anew until the console's page is there.
+	const cond = `location.pathname !== '/hub/login' && !!document.querySelector('#main[data-loaded]')`
+	var last error
+	for {
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
+		if err == nil && ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			loc, _ := chromedp.Run(br.ctx, chromedp.Location())
+			return fmt.Errorf("after the login the console never loaded (at %s): %w (last evaluation error: %v)", loc, ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return nil
 }
 
 // load opens url from a blank page and returns the time from the start of
@@ -88,10 +101,26 @@ func (br *browser) load(url, check string) (time.Duration, string, error) {
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(url)); err != nil {
 		return 0, "", fmt.Errorf("opening %s: %w", url, err)
 	}
-	ms, err := chromedp.Run(ctx, chromedp.Poll[float64](`window.__loadedAt`,
-		chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(45*time.Second)))
-	if err != nil {
-		return 0, "", fmt.Errorf("%s never marked loaded: %w", url, err)
+	// Asked anew each time: an evaluation made while the page replaces
+	// about:blank fails, and the next one finds the new page.
+	var (
+		ms   float64
+		last error
+	)
+	for ms == 0 {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`window.__loadedAt || 0`))
+		if err != nil {
+			last = err
+		}
+		ms = v
+		if ms != 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, "", fmt.Errorf("%s never marked loaded: %w (last evaluation error: %v)", url, ctx.Err(), last)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](check))
 	if err != nil {

@@ -70,10 +70,10 @@ var hourWeights = [24]int{2, 1, 1, 1, 1, 1, 2, 4, 8, 10, 12, 12, 12, 14, 14, 14,
 // pastSession is one ended session as spawnerd records it.
 type pastSession struct {
 	uid, user, server, course, class, reservation, kind, node, profile, image string
-	requested, created, scheduled, ready, stopRequested, ended          time.Time
-	requestedBy, stopRequestedBy                                        history.Actor
-	stopper                                                             history.Stopper
-	end                                                                 history.EndFacts
+	requested, created, scheduled, ready, stopRequested, ended                time.Time
+	requestedBy, stopRequestedBy                                              history.Actor
+	stopper                                                                   history.Stopper
+	end                                                                       history.EndFacts
 }
 
 // pastSessions makes n ended sessions before now; the newest recent of
@@ -317,6 +317,11 @@ const sessionColumns = `uid, user_name, server, namespace, pod, profile, image, 
 // liveSessions counts the history's sessions that have not ended and
 // were seen ready: spawnerd records its running servers as it sees them.
 func liveSessions(ctx context.Context, dsn string) (int, error) {
+	return countQuery(ctx, dsn, `SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL AND ready_at IS NOT NULL`)
+}
+
+// countQuery runs a COUNT query on the history at dsn, beside spawnerd.
+func countQuery(ctx context.Context, dsn, query string) (int, error) {
 	driver, name := "pgx", dsn
 	if !strings.HasPrefix(dsn, "postgres") {
 		driver, name = "sqlite", strings.TrimPrefix(dsn, "sqlite://")+"?_pragma=busy_timeout(5000)"
@@ -327,6 +332,6 @@ func liveSessions(ctx context.Context, dsn string) (int, error) {
 	}
 	defer db.Close()
 	var n int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sessions WHERE ended_at IS NULL AND ready_at IS NOT NULL`).Scan(&n)
+	err = db.QueryRowContext(ctx, query).Scan(&n)
 	return n, err
 }
