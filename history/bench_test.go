@@ -255,6 +255,8 @@ func BenchmarkList100k(b *testing.B) {
 				{"reason", list(Filter{Reason: "preempted"}, Page{Limit: 50})},
 				{"class+ended", list(Filter{Class: "a100", Ended: true}, Page{Limit: 50})},
 				{"running", list(Filter{Running: true}, Page{Limit: 50})},
+				// The servers list's recent stops: the sessions that ended in the last hour.
+				{"ended/last-hour", list(Filter{Ended: true, Since: t0.Add(-time.Hour)}, Page{Limit: MaxLimit})},
 				{"window/first-page", list(window, Page{Limit: 50})},
 				{"window+course", list(Filter{Since: window.Since, Until: window.Until, Course: course}, Page{Limit: 50})},
 				{"ended-by-day/90-days", byDay(Filter{})},

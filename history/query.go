@@ -128,7 +128,18 @@ func (f Filter) conditions() (conds []string, args []any) {
 func (s *Store) List(ctx context.Context, f Filter, p Page) (SessionPage, error) {
 	limit := pageSize(p.Limit)
 	conds, args := f.conditions()
-	if !f.Since.IsZero() {
+	switch {
+	case f.Since.IsZero():
+	case f.Ended:
+		// Ended sessions only: the same window as a plain range, which
+		// either planner can serve from sessions_ended when it is narrow.
+		// The OR below hides it from SQLite's planner, which then reads
+		// every session by start to find, say, the few hundred that ended
+		// in the last hour (the servers list's recent stops): 0.5 ms
+		// instead of 370 ms with 100,000 sessions.
+		conds = append(conds, `ended_at >= ?`)
+		args = append(args, f.Since.UnixMilli())
+	default:
 		conds = append(conds, `(ended_at IS NULL OR ended_at >= ?)`)
 		args = append(args, f.Since.UnixMilli())
 	}

@@ -2,6 +2,7 @@ package hubapi
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,6 +51,7 @@ type Authenticator struct {
 	parser *jwt.Parser
 	now    func() time.Time
 	seen   *replayCache
+	reads  *readCache
 }
 
 // NewAuthenticator returns an authenticator for the shared secret. The
@@ -72,7 +74,8 @@ func NewAuthenticator(secret []byte, issuer string, now func() time.Time) (*Auth
 	if issuer != "" {
 		opts = append(opts, jwt.WithIssuer(issuer))
 	}
-	return &Authenticator{secret: secret, parser: jwt.NewParser(opts...), now: now, seen: newReplayCache(maxReplayEntries)}, nil
+	return &Authenticator{secret: secret, parser: jwt.NewParser(opts...), now: now, seen: newReplayCache(maxReplayEntries),
+		reads: newReadCache(maxReadEntries)}, nil
 }
 
 // ReadSecret reads the shared secret from a file (trailing whitespace
@@ -192,13 +195,100 @@ func (a *Authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || raw == "" {
 			return &apiError{status: http.StatusUnauthorized, msg: "missing bearer token", field: "Authorization"}
 		}
-		claims, err := a.Verify(strings.TrimSpace(raw))
+		raw = strings.TrimSpace(raw)
+		read := isRead(c.Request().Method)
+		if read {
+			if claims, ok := a.reads.get(raw, a.now()); ok {
+				c.Set(claimsKey, claims)
+				return next(c)
+			}
+		}
+		claims, err := a.Verify(raw)
 		if err != nil {
 			return &apiError{status: http.StatusUnauthorized, msg: "invalid token: " + err.Error(), field: "Authorization"}
+		}
+		if read {
+			a.reads.put(raw, claims, claims.ExpiresAt.Add(leeway), a.now())
 		}
 		c.Set(claimsKey, claims)
 		return next(c)
 	}
+}
+
+// isRead reports whether a request only reads: a token first used for one
+// may be used again for reads until it expires (see readCache).
+func isRead(method string) bool { return method == http.MethodGet || method == http.MethodHead }
+
+// maxReadEntries bounds the read-token cache: one entry per token in use
+// (the hub class keeps one per user for at most half a token's life).
+const maxReadEntries = 1 << 16
+
+// readCache remembers, by their SHA-256, tokens verified for a read, until
+// they expire, so that repeated reads with one token (the hub's polls)
+// cost a hash and a map lookup rather than a parse and an HMAC.
+//
+// Why this is safe: a token is accepted again only for a read (GET or
+// HEAD: a poll, progress, a list), only until its own exp (≤ 60 s after
+// iat, plus the leeway the parser allows anyway), and only with the
+// claims it was verified with (its user and admin flag). A token first
+// used for a write is never in the cache, and one first used for a read
+// is refused for any write: Verify's replay cache holds its jti. So a
+// captured token lets its holder repeat, for less than a minute, reads
+// the token's user could make; every start, stop and delete still takes
+// a token of its own. The hash is the key so the cache holds no usable
+// token.
+type readCache struct {
+	mu    sync.Mutex
+	max   int
+	m     map[[sha256.Size]byte]readEntry
+	swept time.Time // when a full cache was last swept of expired tokens
+}
+
+type readEntry struct {
+	claims *Claims
+	until  time.Time
+}
+
+func newReadCache(max int) *readCache {
+	return &readCache{max: max, m: map[[sha256.Size]byte]readEntry{}}
+}
+
+func (r *readCache) get(raw string, now time.Time) (*Claims, bool) {
+	key := sha256.Sum256([]byte(raw))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.m[key]
+	if !ok {
+		return nil, false
+	}
+	if !now.Before(e.until) {
+		delete(r.m, key)
+		return nil, false
+	}
+	return e.claims, true
+}
+
+// put remembers a token verified for a read; when the cache is full of
+// live tokens the token is simply not remembered (its next read is
+// verified in full), which is slower but never wrong.
+func (r *readCache) put(raw string, claims *Claims, until, now time.Time) {
+	key := sha256.Sum256([]byte(raw))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.m) >= r.max && now.Sub(r.swept) >= time.Second {
+		// At most once a second, so a flood of tokens cannot make every
+		// read walk the whole cache.
+		r.swept = now
+		for k, e := range r.m {
+			if !now.Before(e.until) {
+				delete(r.m, k)
+			}
+		}
+	}
+	if len(r.m) >= r.max {
+		return
+	}
+	r.m[key] = readEntry{claims: claims, until: until}
 }
 
 func claimsOf(c echo.Context) *Claims {

@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -15,12 +16,23 @@ const chromium = "/usr/bin/chromium"
 // loadedAtScript runs in every page the tab opens, before the page's own
 // scripts: it notes when the page's main container gets data-loaded (the
 // console's scripts set it once the page's data is rendered), in
-// milliseconds since the navigation started (performance.now's origin).
+// milliseconds since the navigation started (performance.now's origin),
+// and when the page itself and the data its scripts fetched (the console's
+// api/ requests, from resource timing) had arrived.
 const loadedAtScript = `(function () {
   function mark() {
     var m = document.getElementById('main');
     if (m && m.hasAttribute('data-loaded') && window.__loadedAt === undefined) {
-      window.__loadedAt = performance.now();
+      var at = performance.now();
+      var nav = performance.getEntriesByType('navigation')[0];
+      var api = performance.getEntriesByType('resource').filter(function (e) { return e.name.indexOf('/api/') >= 0; });
+      window.__timing = {
+        html: nav ? nav.responseEnd : 0,
+        dataStart: api.length ? Math.min.apply(null, api.map(function (e) { return e.startTime; })) : 0,
+        dataEnd: api.length ? Math.max.apply(null, api.map(function (e) { return e.responseEnd; })) : 0,
+        loaded: at,
+      };
+      window.__loadedAt = at;
     }
     return window.__loadedAt !== undefined;
   }
@@ -92,39 +104,53 @@ func (br *browser) login(url, user, password string) error {
 	}
 }
 
-// load opens url from a blank page and returns the time from the start of
-// the navigation until the page's main container was marked loaded, and
-// the value of check, evaluated then.
-func (br *browser) load(url, check string) (time.Duration, string, error) {
+// pageTiming is one page load in the browser, each phase's end in
+// milliseconds since the navigation started.
+type pageTiming struct {
+	HTML      float64 `json:"html"`      // the page's HTML received
+	DataStart float64 `json:"dataStart"` // its scripts' first api/ request sent
+	DataEnd   float64 `json:"dataEnd"`   // their last answer received
+	Loaded    float64 `json:"loaded"`    // #main marked data-loaded: the data rendered
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// load opens url from a blank page and returns when each phase of the
+// page's load ended, and the value of check, evaluated once the page was
+// marked loaded.
+func (br *browser) load(url, check string) (pageTiming, string, error) {
 	ctx, cancel := context.WithTimeout(br.ctx, time.Minute)
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(url)); err != nil {
-		return 0, "", fmt.Errorf("opening %s: %w", url, err)
+		return pageTiming{}, "", fmt.Errorf("opening %s: %w", url, err)
 	}
 	// Asked anew each time: an evaluation made while the page replaces
 	// about:blank fails, and the next one finds the new page.
 	var (
-		ms   float64
-		last error
+		timing string
+		last   error
 	)
-	for ms == 0 {
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`window.__loadedAt || 0`))
+	for {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.__timing ? JSON.stringify(window.__timing) : ''`))
 		if err != nil {
 			last = err
 		}
-		ms = v
-		if ms != 0 {
+		if timing = v; timing != "" {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, "", fmt.Errorf("%s never marked loaded: %w (last evaluation error: %v)", url, ctx.Err(), last)
+			return pageTiming{}, "", fmt.Errorf("%s never marked loaded: %w (last evaluation error: %v)", url, ctx.Err(), last)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	var pt pageTiming
+	if err := json.Unmarshal([]byte(timing), &pt); err != nil {
+		return pageTiming{}, "", fmt.Errorf("%s: the page's timing %q: %w", url, timing, err)
+	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](check))
 	if err != nil {
-		return 0, "", fmt.Errorf("%s: %s: %w", url, check, err)
+		return pageTiming{}, "", fmt.Errorf("%s: %s: %w", url, check, err)
 	}
-	return time.Duration(ms * float64(time.Millisecond)), got, nil
+	return pt, got, nil
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,8 +142,7 @@ func newConsoleStack(b *testing.B, store, ns string) *consoleStack {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.fleet = &fleet{ns: ns, api: s.api, c: newAPIClient(s.api, stormClients), clock: clock,
-		cpu: newCPUMeter(env.BinDir, filepath.Dir(bin))}
+	s.fleet = &fleet{ns: ns, api: s.api, c: newAPIClient(s.api, stormClients), clock: clock, cpu: stackMeter(s.dsn)}
 	s.base = s.proxy.PublicURL + consolePrefix
 	b.Cleanup(s.fleet.c.http.CloseIdleConnections)
 	return s
@@ -203,7 +201,7 @@ type consoleRun struct {
 	listed      serverCounts
 	rows        map[string]int // sessions shown per search, CSV rows
 	cpu         string
-	browser     []*series
+	browser     []*browserSeries
 	sessionRows int // sessions in the history when measured
 }
 
@@ -518,12 +516,12 @@ func (s *consoleStack) browse(b *testing.B, r *consoleRun) error {
 		{browserSessions, s.base + "sessions", `String(document.querySelectorAll('#sessions-body tr').length)`, "100"},
 	}
 	for _, p := range pages {
-		se := &series{name: p.name, target: serversTarget}
+		se := &browserSeries{series: series{name: p.name, target: serversTarget}}
 		if p.name == browserSessions {
 			se.target = searchTarget
 		}
 		for i := range browserLoads + 1 {
-			d, got, err := br.load(p.url, p.check)
+			pt, got, err := br.load(p.url, p.check)
 			if err != nil {
 				return err
 			}
@@ -531,12 +529,25 @@ func (s *consoleStack) browse(b *testing.B, r *consoleRun) error {
 				return fmt.Errorf("%s in the browser: %s is %q, want %q", p.name, p.check, got, p.want)
 			}
 			if i > 0 { // the first load fills the browser's cache of the static files
-				se.ds = append(se.ds, d)
+				se.ds = append(se.ds, msDuration(pt.Loaded))
+				se.html = append(se.html, msDuration(pt.HTML))
+				se.request = append(se.request, msDuration(pt.DataStart-pt.HTML))
+				se.data = append(se.data, msDuration(pt.DataEnd-pt.DataStart))
+				se.render = append(se.render, msDuration(pt.Loaded-pt.DataEnd))
 			}
 		}
 		r.browser = append(r.browser, se)
 	}
 	return nil
+}
+
+// browserSeries is a page's load times in the browser, and its phases.
+type browserSeries struct {
+	series
+	// html: navigation start to the page received; request: to its
+	// script's first api/ request; data: to the last api/ answer; render:
+	// to the data on the page.
+	html, request, data, render []time.Duration
 }
 
 // fetch GETs url, with If-None-Match etag when given, and wants status.
@@ -613,10 +624,11 @@ func (r *consoleRun) report(b *testing.B, s *consoleStack) consoleSummary {
 		map[bool]string{true: "spawned", false: "adopted"}[s.store == "sqlite"], secs(s.servers), strings.Join(searchRows, ", "), r.rows["csv"]), rows))
 	show(r.cpu)
 
-	rows = [][]string{{"page", "loads", "p50", "p95", "max", "target (p95)", "met"}}
+	rows = [][]string{{"page", "loads", "p50", "p95", "max", "target (p95)", "met", "phases, p50: HTML", "+ script to request", "+ data (api/)", "+ render"}}
 	for _, se := range r.browser {
 		p50, p95, top := percentile(se.ds, 0.5), percentile(se.ds, 0.95), percentile(se.ds, 1)
-		rows = append(rows, []string{se.name, strconv.Itoa(len(se.ds)), millis(p50), millis(p95), millis(top), targetText(se.target), met(se.target, p95)})
+		rows = append(rows, []string{se.name, strconv.Itoa(len(se.ds)), millis(p50), millis(p95), millis(top), targetText(se.target), met(se.target, p95),
+			millis(percentile(se.html, 0.5)), millis(percentile(se.request, 0.5)), millis(percentile(se.data, 0.5)), millis(percentile(se.render, 0.5))})
 	}
 	show(table(fmt.Sprintf("Console page loads in headless Chromium (%s history): navigation start to #main[data-loaded], static files cached", s.store), rows))
 

@@ -101,9 +101,12 @@ class Client:
     one is minted per request so none outlives its 60 s lifetime.
     """
 
-    def __init__(self, base_url, token_for, timeout, http_client=None, ping_interval=None):
+    def __init__(self, base_url, token_for, timeout, http_client=None, ping_interval=None, read_token_for=None):
         self._base = base_url.rstrip("/")
         self._token_for = token_for
+        # Reads (GET) may share a token (spawnerd accepts one again for reads
+        # until it expires); writes always mint their own.
+        self._read_token_for = read_token_for or token_for
         self._timeout = timeout
         # Progress WebSocket keep-alive: a spawnerd that hangs without closing
         # the socket is noticed within about 2 * ping_interval + timeout
@@ -112,14 +115,15 @@ class Client:
         # The hub configures AsyncHTTPClient (pycurl when installed), so use its instance.
         self._http = http_client
 
-    def _headers(self, user, admin):
+    def _headers(self, user, admin, read=False):
+        token_for = self._read_token_for if read else self._token_for
         return {
-            "Authorization": "Bearer " + self._token_for(user, admin),
+            "Authorization": "Bearer " + token_for(user, admin),
             "Accept": "application/json",
         }
 
     async def _call(self, action, method, path, user, ok, body=None, admin=False):
-        headers = self._headers(user, admin)
+        headers = self._headers(user, admin, read=method == "GET")
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -233,7 +237,7 @@ class Client:
             url = "ws://" + url[len("http://"):]
         request = HTTPRequest(
             url,
-            headers=self._headers(user, False),
+            headers=self._headers(user, False, read=True),
             connect_timeout=self._timeout,
             request_timeout=self._timeout,
         )

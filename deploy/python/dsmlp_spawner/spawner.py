@@ -156,11 +156,13 @@ class RemoteKubeSpawner(Spawner):
                 f"RemoteKubeSpawner.request_timeout ({self.request_timeout:g} s) must be greater "
                 f"than RemoteKubeSpawner.stop_wait ({self.stop_wait:g} s), and stop_wait above 0"
             )
+        signer = TokenSigner(self._secret)
         self._client = Client(
             self.service_url,
-            TokenSigner(self._secret).token,
+            signer.token,
             self.request_timeout,
             ping_interval=self.progress_ping_interval or None,
+            read_token_for=signer.read_token,
         )
         try:
             self._secret()
