@@ -23,10 +23,10 @@
     course: document.getElementById('f-course'),
     cls: document.getElementById('f-class'),
   };
-  // rows: key → {tr, cells, sig, item, text}; order: the rows in list order.
+  // rows: key → {tr, cells, sig, item, text}, tr and cells null until the
+  // row is first shown; order: the rows in list order.
   const rows = new Map();
   let order = [];
-  let first = true;
 
   const COLS = ['user', 'server', 'profile', 'course', 'status', 'node', 'gpu-class', 'age', 'guarantee', 'event'];
 
@@ -88,7 +88,12 @@
     c.event.textContent = ev ? (ev.reason ? ev.reason + ': ' : '') + (ev.message || '') : '';
     c.event.title = ev ? ev.time_text + ' — ' + (ev.message || '') : '';
     c.event.classList.toggle('warn', !!ev && ev.type === 'Warning');
-    r.text = [s.user, s.server, s.pod, s.node, s.profile, s.course, s.gpu_class, s.reason,
+  }
+
+  // textOf is what the search box matches a server against.
+  function textOf(s) {
+    const ev = s.last_event;
+    return [s.user, s.server, s.pod, s.node, s.profile, s.course, s.gpu_class, s.reason,
       s.stopped && s.stopped.stopper, ev && ev.reason].filter(Boolean).join(' ').toLowerCase();
   }
 
@@ -108,34 +113,54 @@
 
   function ages() {
     const now = Date.now();
-    for (const r of order) if (!r.tr.hidden) age(r, now);
+    for (const r of order) if (r.tr && !r.tr.hidden) age(r, now);
   }
 
-  // apply puts the list on the page: new rows built, changed rows
-  // refilled, gone rows removed, order kept (the server sorts).
+  // apply takes a new list: rows kept by key, changed rows refilled, gone
+  // rows removed, the server's order kept. A row's DOM is built only when
+  // it is first shown (filter), so thousands of hidden rows cost nothing.
   function apply(list) {
     const seen = new Set();
-    const frag = first ? document.createDocumentFragment() : null;
     order = [];
-    let prev = null;
     for (const s of list) {
       const k = keyOf(s);
       seen.add(k);
       let r = rows.get(k);
       if (!r) {
-        r = build();
-        r.sig = '';
+        r = { tr: null, cells: null, sig: '' };
         rows.set(k, r);
       }
       const sig = JSON.stringify(s);
       if (r.sig !== sig) {
         r.sig = sig;
         r.item = s;
-        fill(r, s);
+        r.text = textOf(s);
+        if (r.tr) fill(r, s);
       }
       order.push(r);
+    }
+    for (const [k, r] of rows) {
+      if (!seen.has(k)) { if (r.tr) r.tr.remove(); rows.delete(k); }
+    }
+    options(f.course, list.map(function (s) { return s.course; }));
+    options(f.cls, list.map(function (s) { return s.gpu_class; }));
+    filter();
+  }
+
+  // place builds the rows to show that have no DOM yet and puts every
+  // built row in list order.
+  function place(shown) {
+    const frag = body.firstChild ? null : document.createDocumentFragment();
+    let prev = null;
+    for (const r of order) {
+      if (!r.tr) {
+        if (!shown.has(r)) continue;
+        const b = build();
+        r.tr = b.tr;
+        r.cells = b.cells;
+        fill(r, r.item);
+      }
       if (frag) {
-        r.tr.hidden = true; // filter shows what it should
         frag.appendChild(r.tr);
       } else {
         const want = prev ? prev.nextSibling : body.firstChild;
@@ -143,14 +168,7 @@
       }
       prev = r.tr;
     }
-    for (const [k, r] of rows) {
-      if (!seen.has(k)) { r.tr.remove(); rows.delete(k); }
-    }
     if (frag) body.appendChild(frag);
-    first = false;
-    options(f.course, list.map(function (s) { return s.course; }));
-    options(f.cls, list.map(function (s) { return s.gpu_class; }));
-    filter();
   }
 
   // options keeps a filter's choices to the values present (plus the one
@@ -181,12 +199,15 @@
     const q = f.q.value.trim().toLowerCase();
     const st = f.status.value, course = f.course.value, cls = f.cls.value;
     let matched = 0, shown = 0;
+    const show = new Set();
     for (const r of order) {
       const ok = matches(r, q, st, course, cls);
       if (ok) matched++;
-      const show = ok && shown < limit;
-      if (show) shown++;
-      if (r.tr.hidden === show) r.tr.hidden = !show;
+      if (ok && shown < limit) { shown++; show.add(r); }
+    }
+    place(show);
+    for (const r of order) {
+      if (r.tr && r.tr.hidden === show.has(r)) r.tr.hidden = !show.has(r);
     }
     const total = order.length;
     let text = matched === total ? total + ' servers' : matched + ' of ' + total + ' servers';

@@ -108,6 +108,7 @@ type consoleStack struct {
 	api            *harness.Spawnerd
 	hub            *harness.Hub
 	fleet          *fleet
+	cpu            *stackCPU
 	filled         time.Duration // filling the history
 	servers        time.Duration // spawning or adopting the servers
 	base           string        // the console through the proxy
@@ -142,7 +143,8 @@ func newConsoleStack(b *testing.B, store, ns string) *consoleStack {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.fleet = &fleet{ns: ns, api: s.api, c: newAPIClient(s.api, stormClients), clock: clock, cpu: stackMeter(s.dsn)}
+	s.fleet = &fleet{ns: ns, api: s.api, c: newAPIClient(s.api, stormClients), clock: clock}
+	s.cpu = newStackCPU(s.dsn)
 	s.base = s.proxy.PublicURL + consolePrefix
 	b.Cleanup(s.fleet.c.http.CloseIdleConnections)
 	return s
@@ -277,8 +279,8 @@ func (s *consoleStack) measure(b *testing.B, r *consoleRun) error {
 	if r.sessionRows, err = historyRows(ctx, s.dsn); err != nil {
 		return err
 	}
-	show(s.fleet.cpu.settle(ctx, settleWait))
-	cpu0 := s.fleet.cpu.sample()
+	show(s.cpu.settle(ctx, settleWait))
+	cpu0 := s.cpu.sample()
 
 	// 1. The servers page: back to back, then paced past the list cache.
 	var etag string
@@ -368,8 +370,8 @@ func (s *consoleStack) measure(b *testing.B, r *consoleRun) error {
 	if err := s.concurrent(ctx, r); err != nil {
 		return err
 	}
-	cpu1 := s.fleet.cpu.sample()
-	r.cpu = s.fleet.cpu.report(fmt.Sprintf("CPU during the HTTP page loads (%s)", s.store), cpu0, cpu1)
+	cpu1 := s.cpu.sample()
+	r.cpu = s.cpu.report(fmt.Sprintf("CPU during the HTTP page loads (%s)", s.store), cpu0, cpu1)
 
 	// 4. A real browser.
 	return s.browse(b, r)
