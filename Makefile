@@ -54,9 +54,10 @@ fuzz: ## Fuzz the request decoder, JWT check, config parser and webhook, FUZZTIM
 	done
 
 # -p 1: one package, hence one dev cluster, at a time, so that no benchmark shares the CPUs with another's cluster.
+# The run's output goes through hack/benchtable, which ends it with one table: every metric, its target, met.
 .PHONY: bench
-bench: tools ## Benchmarks (numbers for the closing notes).
-	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+bench: tools deps ## Benchmarks, ending with one table of every metric against its target.
+	set -o pipefail; DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 90m ./... 2>&1 | $(GO) run ./hack/benchtable
 
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck.
