@@ -65,6 +65,9 @@ type timelineEntry struct {
 	Text    string
 	Warning bool
 	Count   int32
+	// order ranks entries within one second: the history's steps in life
+	// order, then Kubernetes events.
+	order int
 }
 
 // detailKey reads the server from the path; a missing {server} is the
@@ -182,8 +185,12 @@ func (h *handler) addSessions(ctx context.Context, d *detailView, key lifecycle.
 			tl.Current, matched = true, true
 			tl.Entries = append(tl.Entries, k8s...)
 		}
-		// Stable: on a tie the history's step comes before the event it caused.
-		slices.SortStableFunc(tl.Entries, func(a, b timelineEntry) int { return a.At.Compare(b.At) })
+		// Kubernetes times are whole seconds, spawnerd's own milliseconds:
+		// within a second the life's order decides, and a history step
+		// comes before the Kubernetes event it caused.
+		slices.SortStableFunc(tl.Entries, func(a, b timelineEntry) int {
+			return cmp.Or(a.At.Truncate(time.Second).Compare(b.At.Truncate(time.Second)), cmp.Compare(a.order, b.order))
+		})
 		d.Sessions = append(d.Sessions, tl)
 	}
 	if !matched {
@@ -196,14 +203,14 @@ func (h *handler) podEntries(evs []lifecycle.EventSummary) []timelineEntry {
 	out := make([]timelineEntry, 0, len(evs))
 	for _, ev := range evs {
 		out = append(out, timelineEntry{At: ev.Time, Source: "kubernetes", What: ev.Reason, Text: ev.Message,
-			Warning: ev.Type == "Warning", Count: ev.Count})
+			Warning: ev.Type == "Warning", Count: ev.Count, order: len(history.EventKinds)})
 	}
 	return out
 }
 
 // historyEntry says one recorded step of a session.
 func historyEntry(ev history.Event) timelineEntry {
-	e := timelineEntry{At: ev.At, Source: "spawnerd", What: string(ev.Kind)}
+	e := timelineEntry{At: ev.At, Source: "spawnerd", What: string(ev.Kind), order: slices.Index(history.EventKinds, ev.Kind)}
 	switch ev.Kind {
 	case history.EventRequested:
 		e.Text = "The hub asked for the server to start, for " + actorText(ev.By) + "."
@@ -216,12 +223,47 @@ func historyEntry(ev history.Event) timelineEntry {
 	case history.EventStopRequested:
 		e.Text = "Stop requested by " + actorText(ev.By) + "."
 	case history.EventEnded:
-		e.Text = "The session ended: stopped by " + cmp.Or(string(ev.Stopper), "unknown") + endText(ev.End) + "."
+		e.Text = "The session ended: " + stopperText(ev.Stopper) + endText(ev.End) + "."
 		e.Warning = ev.Stopper != history.StopperUser && ev.Stopper != history.StopperCuller
 	default:
 		e.Text = string(ev.Kind)
 	}
 	return e
+}
+
+// stopperText says who or what ended a session, as a timeline says it.
+func stopperText(s history.Stopper) string {
+	switch s {
+	case history.StopperUser:
+		return "its user stopped it"
+	case history.StopperAdmin:
+		return "a hub admin stopped it"
+	case history.StopperCuller:
+		return "the idle culler stopped it"
+	case history.StopperService:
+		return "a hub service stopped it"
+	case history.StopperHub:
+		return "the hub stopped it"
+	case history.StopperStartTimeout:
+		return "spawnerd removed it: not ready within the start timeout"
+	case history.StopperEvicted:
+		return "the kubelet evicted the pod"
+	case history.StopperOOM:
+		return "the notebook ran out of memory"
+	case history.StopperContainerExit:
+		return "the notebook container exited"
+	case history.StopperNodeLost:
+		return "its node went away"
+	case history.StopperDeleted:
+		return "its pod was deleted outside the hub"
+	case history.StopperPreempted:
+		return "the GPU reservation engine preempted it"
+	case history.StopperReservationCancelled:
+		return "its GPU booking was cancelled"
+	case history.StopperReservationReassigned:
+		return "its GPU booking went to another owner"
+	}
+	return "stopped (" + cmp.Or(string(s), "unknown") + ")"
 }
 
 func prefixed(prefix, s string) string {

@@ -256,8 +256,13 @@ func (s *Store) Events(ctx context.Context, uid string) ([]Event, error) {
 		// Every session row is written with its first event.
 		return nil, fmt.Errorf("events of session %s: %w", uid, ErrNotFound)
 	}
+	// Kubernetes stamps creation and conditions to the second, spawnerd
+	// its own steps to the millisecond: within one second, the life's
+	// order decides (a request at .5 s comes before the pod created "at"
+	// .0 s).
 	slices.SortFunc(events, func(a, b Event) int {
-		return cmp.Or(a.At.Compare(b.At), cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)))
+		return cmp.Or(a.At.Truncate(time.Second).Compare(b.At.Truncate(time.Second)),
+			cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)), a.At.Compare(b.At))
 	})
 	return events, nil
 }

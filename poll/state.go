@@ -180,10 +180,14 @@ func stopInfoOf(pod *corev1.Pod, term *corev1.ContainerStateTerminated) *StopInf
 		info.At = term.FinishedAt.Time
 	}
 	if info.At.IsZero() {
-		// An eviction shows as the newest condition transition.
+		// A disruption (an API eviction, the pod GC, a node shutdown) is
+		// stamped on its condition. A kubelet eviction as seed 003 shows
+		// it changes no condition: its time stays zero, to be filled with
+		// when the stop was first seen (the newest transition there is
+		// the pod's Ready, its start, not its end).
 		for _, c := range pod.Status.Conditions {
-			if t := c.LastTransitionTime.Time; t.After(info.At) {
-				info.At = t
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+				info.At = c.LastTransitionTime.Time
 			}
 		}
 	}

@@ -210,7 +210,8 @@
       if (r.tr && r.tr.hidden === show.has(r)) r.tr.hidden = !show.has(r);
     }
     const total = order.length;
-    let text = matched === total ? total + ' servers' : matched + ' of ' + total + ' servers';
+    const noun = total === 1 ? ' server' : ' servers';
+    let text = matched === total ? total + noun : matched + ' of ' + total + noun;
     if (shown < matched) text += ', ' + shown + ' shown';
     count.textContent = text;
     count.dataset.total = total;

@@ -73,6 +73,7 @@ func TestDemoEveryProfileThroughTheBrowserThenCtrlC(t *testing.T) {
 			t.Errorf("hub: %s's server is not ready: %+v", user, servers[user])
 		}
 	}
+	d.consoleFromServicesMenu(t, []string{"alice", "bob"})
 	admin := d.run(t, filepath.Join(d.dir, "spawnerd-admin"), "servers")
 	for user, node := range map[string]string{"alice": "local-runtime ", "bob": "local-runtime-gpu "} {
 		if !logHas(admin, user, node) {
@@ -232,6 +233,66 @@ func (d *demo) spawnInBrowser(t *testing.T, user, profile string) error {
 		return fmt.Errorf("the notebook's /api/status through the proxy answered %q", status)
 	}
 	return nil
+}
+
+// consoleFromServicesMenu logs the admin in to the hub, opens spawnerd's
+// console from the Services menu of the hub's home page, as an admin finds
+// it, and checks that the console lists every user's server as running.
+func (d *demo) consoleFromServicesMenu(t *testing.T, users []string) {
+	t.Helper()
+	b, err := harness.StartBrowser(filepath.Join(d.dir, "browser-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(b.Ctx, 3*time.Minute)
+	defer cancel()
+	fail := func(what string, err error) {
+		t.Helper()
+		d.dumpLogs(t)
+		t.Fatalf("the console from the hub's Services menu: %s: %v\n%s", what, err, b.Explain("demo-console-failed.png"))
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", d.ports["PROXY_PORT"])
+	// The home page sends the browser to the login and back.
+	if err := b.LogInToHub(ctx, base+"/hub/home", "admin", "any password"); err != nil {
+		fail("logging in", err)
+	}
+	const toggle, item = `#thenavbar a.dropdown-toggle`, `#thenavbar a.dropdown-item[href="/services/spawnerd/"]`
+	if err := b.Wait(ctx, `location.pathname === "/hub/home" && Array.from(document.querySelectorAll('`+toggle+`')).some(a => a.textContent.trim() === "Services")`); err != nil {
+		fail("the hub's home page with its Services menu", err)
+	}
+	// The menu opens once the hub's scripts have loaded; a click before
+	// that does nothing, so click until it is open.
+	for {
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(toggle))); err != nil {
+			fail("opening the Services menu", err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := b.Wait(wctx, `!!document.querySelector('`+item+`') && document.querySelector('`+item+`').offsetParent !== null`)
+		wcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			fail("the Services menu never showed spawnerd", err)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(item))); err != nil {
+		fail("clicking spawnerd in the Services menu", err)
+	}
+	running := []string{}
+	for _, u := range users {
+		running = append(running, fmt.Sprintf(`(r => !!r && r.dataset.status === "running")(document.querySelector('#servers-body tr[data-user="%s"][data-server=""]'))`, u))
+	}
+	if err := b.Wait(ctx, `location.pathname === "/services/spawnerd/" && !!document.querySelector('#main[data-loaded] #servers') && `+
+		`(document.querySelector('#whoami') || {dataset: {}}).dataset.user === "admin" && `+strings.Join(running, " && ")); err != nil {
+		fail(fmt.Sprintf("the console listing %v running", users), err)
+	}
+	shot, err := b.Shot("demo-console.png")
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("the admin's console, opened from the hub's Services menu, lists %v running; screenshot: %s", users, shot)
 }
 
 // waitForPage evaluates cond in the tab until it is true, across page loads.
