@@ -90,30 +90,6 @@ func (f *fakeHistory) add(ss ...history.Session) {
 	})
 }
 
-func matchesFilter(f history.Filter, s history.Session) bool {
-	r := strings.ToLower(f.Reason)
-	endReason := func(get func(history.EndFacts) string) string {
-		if s.End == nil {
-			return ""
-		}
-		return strings.ToLower(get(*s.End))
-	}
-	switch {
-	case f.User != "" && s.User != f.User,
-		f.Server != nil && s.Server != *f.Server,
-		f.Course != "" && s.Course != f.Course,
-		f.Class != "" && s.GPUClass != f.Class,
-		r != "" && string(s.Stopper) != r && endReason(func(e history.EndFacts) string { return e.Reason }) != r &&
-			endReason(func(e history.EndFacts) string { return e.ContainerReason }) != r,
-		f.Ended && s.EndedAt == nil,
-		f.Running && s.EndedAt != nil,
-		!f.Since.IsZero() && s.EndedAt != nil && s.EndedAt.Before(f.Since),
-		!f.Until.IsZero() && !s.Started.Before(f.Until):
-		return false
-	}
-	return true
-}
-
 func (f *fakeHistory) List(ctx context.Context, flt history.Filter, p history.Page) (history.SessionPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -137,12 +113,12 @@ func (f *fakeHistory) List(ctx context.Context, flt history.Filter, p history.Pa
 	var out history.SessionPage
 	i := start
 	for ; i < len(f.sessions) && len(out.Sessions) < limit; i++ {
-		if matchesFilter(flt, f.sessions[i]) {
+		if flt.Matches(f.sessions[i]) {
 			out.Sessions = append(out.Sessions, f.sessions[i])
 		}
 	}
 	for j := i; j < len(f.sessions); j++ {
-		if matchesFilter(flt, f.sessions[j]) {
+		if flt.Matches(f.sessions[j]) {
 			out.Next = "c" + strconv.Itoa(i)
 			break
 		}
@@ -194,7 +170,7 @@ func (f *fakeHistory) EndedByDay(ctx context.Context, flt history.Filter, loc *t
 		}
 		g := flt
 		g.Since, g.Until = time.Time{}, time.Time{}
-		if !matchesFilter(g, s) {
+		if !g.Matches(s) {
 			continue
 		}
 		counts[[2]string{s.EndedAt.In(loc).Format(time.DateOnly), string(s.Stopper)}]++

@@ -17,6 +17,7 @@ package history
 
 import (
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -193,6 +194,31 @@ type Filter struct {
 	Since, Until time.Time
 	// Ended only lists sessions that ended; Running only those that did not.
 	Ended, Running bool
+}
+
+// Matches says whether f selects s: the meaning both stores' queries
+// implement, in Go, for fakes and for checking the queries.
+func (f Filter) Matches(s Session) bool {
+	switch {
+	case f.User != "" && s.User != f.User,
+		f.Server != nil && s.Server != *f.Server,
+		f.Course != "" && s.Course != f.Course,
+		f.Class != "" && s.GPUClass != f.Class,
+		f.Ended && s.EndedAt == nil,
+		f.Running && s.EndedAt != nil,
+		!f.Until.IsZero() && !s.Started.Before(f.Until),
+		!f.Since.IsZero() && s.EndedAt != nil && s.EndedAt.Before(f.Since):
+		return false
+	}
+	if f.Reason == "" {
+		return true
+	}
+	end := EndFacts{}
+	if s.End != nil {
+		end = *s.End
+	}
+	return s.EndedAt != nil && (strings.EqualFold(string(s.Stopper), f.Reason) ||
+		strings.EqualFold(end.Reason, f.Reason) || strings.EqualFold(end.ContainerReason, f.Reason))
 }
 
 // Page asks for one page of a list.

@@ -405,30 +405,6 @@ func filterFixture() []*life {
 	return lives
 }
 
-// matches is the Filter's documented meaning, for comparison.
-func matches(f Filter, s Session) bool {
-	switch {
-	case f.User != "" && s.User != f.User,
-		f.Server != nil && s.Server != *f.Server,
-		f.Course != "" && s.Course != f.Course,
-		f.Class != "" && s.GPUClass != f.Class,
-		f.Ended && s.EndedAt == nil,
-		f.Running && s.EndedAt != nil,
-		!f.Until.IsZero() && !s.Started.Before(f.Until),
-		!f.Since.IsZero() && s.EndedAt != nil && s.EndedAt.Before(f.Since):
-		return false
-	}
-	if f.Reason != "" {
-		end := EndFacts{}
-		if s.End != nil {
-			end = *s.End
-		}
-		return s.EndedAt != nil && (strings.EqualFold(string(s.Stopper), f.Reason) ||
-			strings.EqualFold(end.Reason, f.Reason) || strings.EqualFold(end.ContainerReason, f.Reason))
-	}
-	return true
-}
-
 // listAll pages through List with the page size, checking each page.
 func listAll(t *testing.T, s *Store, f Filter, limit int) []Session {
 	t.Helper()
@@ -509,7 +485,7 @@ func TestListFilters(t *testing.T) {
 		for name, f := range filters {
 			var wantUIDs []string
 			for _, w := range want {
-				if matches(f, w) {
+				if f.Matches(w) {
 					wantUIDs = append(wantUIDs, w.UID)
 				}
 			}

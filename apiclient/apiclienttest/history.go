@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -117,28 +116,6 @@ func (h *History) find(uid string) (history.Session, bool) {
 	return history.Session{}, false
 }
 
-func matches(s history.Session, f history.Filter) bool {
-	switch {
-	case f.User != "" && s.User != f.User,
-		f.Server != nil && s.Server != *f.Server,
-		f.Course != "" && s.Course != f.Course,
-		f.Class != "" && s.GPUClass != f.Class,
-		f.Ended && s.EndedAt == nil,
-		f.Running && s.EndedAt != nil,
-		!f.Until.IsZero() && !s.Started.Before(f.Until),
-		!f.Since.IsZero() && s.EndedAt != nil && s.EndedAt.Before(f.Since):
-		return false
-	}
-	if f.Reason != "" {
-		var end history.EndFacts
-		if s.End != nil {
-			end = *s.End
-		}
-		return strings.EqualFold(string(s.Stopper), f.Reason) || strings.EqualFold(end.Reason, f.Reason) || strings.EqualFold(end.ContainerReason, f.Reason)
-	}
-	return true
-}
-
 // List implements hubapi.History; its cursors are offsets.
 func (h *History) List(_ context.Context, f history.Filter, p history.Page) (history.SessionPage, error) {
 	h.mu.Lock()
@@ -158,7 +135,7 @@ func (h *History) List(_ context.Context, f history.Filter, p history.Page) (his
 	limit = min(limit, history.MaxLimit)
 	var all []history.Session
 	for _, s := range h.sessions {
-		if matches(s, f) {
+		if f.Matches(s) {
 			all = append(all, s)
 		}
 	}
