@@ -215,6 +215,20 @@ func (a *Authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// cachedRead returns the claims of a bearer token (the request's
+// Authorization values) that the read cache holds; false sends the request
+// through middleware, which verifies the token. Only reads may use it.
+func (a *Authenticator) cachedRead(authorization []string) (*Claims, bool) {
+	if len(authorization) == 0 {
+		return nil, false
+	}
+	scheme, raw, ok := strings.Cut(authorization[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || raw == "" {
+		return nil, false
+	}
+	return a.reads.get(strings.TrimSpace(raw), a.now())
+}
+
 // isRead reports whether a request only reads: a token first used for one
 // may be used again for reads until it expires (see readCache).
 func isRead(method string) bool { return method == http.MethodGet || method == http.MethodHead }
@@ -238,7 +252,7 @@ const maxReadEntries = 1 << 16
 // a token of its own. The hash is the key so the cache holds no usable
 // token.
 type readCache struct {
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	max   int
 	m     map[[sha256.Size]byte]readEntry
 	swept time.Time // when a full cache was last swept of expired tokens
@@ -255,14 +269,20 @@ func newReadCache(max int) *readCache {
 
 func (r *readCache) get(raw string, now time.Time) (*Claims, bool) {
 	key := sha256.Sum256([]byte(raw))
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	// Polls from many connections read at once; only an expired token
+	// takes the write lock.
+	r.mu.RLock()
 	e, ok := r.m[key]
+	r.mu.RUnlock()
 	if !ok {
 		return nil, false
 	}
 	if !now.Before(e.until) {
-		delete(r.m, key)
+		r.mu.Lock()
+		if cur, ok := r.m[key]; ok && !now.Before(cur.until) {
+			delete(r.m, key)
+		}
+		r.mu.Unlock()
 		return nil, false
 	}
 	return e.claims, true

@@ -66,8 +66,24 @@ type Options struct {
 	Registry *prometheus.Registry
 }
 
+// API is the HTTP handler: echo's routes, with the hub's poll answered in
+// front of them (see pollPath).
+type API struct {
+	*echo.Echo
+	poll *pollPath
+}
+
+// ServeHTTP answers a plain poll on the fast path and every other request
+// through echo.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.poll != nil && a.poll.serve(w, r) {
+		return
+	}
+	a.Echo.ServeHTTP(w, r)
+}
+
 // New returns the HTTP handler with every route.
-func New(opts Options) *echo.Echo {
+func New(opts Options) *API {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -86,7 +102,8 @@ func New(opts Options) *echo.Echo {
 	e.HTTPErrorHandler = errorHandler(opts.Logger)
 	// Every answer carries X-Request-Id; an internal error's body gives it
 	// too, and the log line with the details has it.
-	e.Use(middleware.RequestID(), middleware.Recover(), requestMetrics(opts.Registry), middleware.BodyLimit(opts.BodyLimit))
+	reqs := newRequestMetrics(opts.Registry)
+	e.Use(middleware.RequestID(), middleware.Recover(), requestMetrics(reqs), middleware.BodyLimit(opts.BodyLimit))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.GET("/readyz", func(c echo.Context) error {
@@ -112,7 +129,7 @@ func New(opts Options) *echo.Echo {
 	admin.GET("/:user/:server", h.adminServer)
 	h.routeReservations(api)
 	h.routeSessions(api)
-	return e
+	return &API{Echo: e, poll: newPollPath(opts, reqs)}
 }
 
 type handlers struct {
@@ -260,6 +277,23 @@ func decodeStrict(r io.Reader, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
+	// One pass of the API server's strict decoder does both jobs for a body
+	// it accepts: it refuses what encoding/json lets through, and the one
+	// difference in what it stores, whole numbers in untyped fields as int64
+	// where encoding/json gives float64 (what the spawner expects of JSON),
+	// is undone. A body it refuses is decoded again as below, so that every
+	// refusal reads the same. v must be a zero value.
+	strict, err := kjson.UnmarshalStrict(data, v)
+	if err == nil && len(strict) == 0 && floatWhole(reflect.ValueOf(v), bytes.Contains(data, []byte("-0"))) {
+		return nil
+	}
+	reflect.ValueOf(v).Elem().SetZero()
+	return refuse(data, v)
+}
+
+// refuse is decodeStrict's refusal: encoding/json first, then the strict
+// decoder, each error told as the field it names.
+func refuse(data []byte, v any) error {
 	// encoding/json first: it refuses trailing data and wrong types with
 	// typed errors, and gives numbers in untyped fields as float64, which
 	// the spawner expects of JSON.
@@ -297,6 +331,90 @@ func decodeStrict(r io.Reader, v any) error {
 		return &apiError{status: http.StatusBadRequest, msg: msg + "; field names are case-sensitive and may appear once", field: field}
 	}
 	return nil
+}
+
+// floatWhole turns the int64s sigs.k8s.io/json leaves for whole numbers in
+// v's untyped (any) values into the float64s encoding/json gives. It
+// reports false when it cannot match encoding/json: a zero that may have
+// been written -0 (negZero: the body holds "-0"), or an untyped value it
+// cannot reach in place.
+func floatWhole(v reflect.Value, negZero bool) bool {
+	switch v.Kind() {
+	case reflect.Pointer:
+		return v.IsNil() || floatWhole(v.Elem(), negZero)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() && !floatWhole(v.Field(i), negZero) {
+				return false
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			if !floatWhole(v.Index(i), negZero) {
+				return false
+			}
+		}
+	case reflect.Map:
+		switch v.Type().Elem().Kind() {
+		case reflect.Interface:
+			for it := v.MapRange(); it.Next(); {
+				x, changed, ok := floatAny(it.Value().Interface(), negZero)
+				if !ok {
+					return false
+				}
+				if changed {
+					v.SetMapIndex(it.Key(), reflect.ValueOf(x))
+				}
+			}
+		case reflect.String, reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		default:
+			return false // values not settable in place; none of the API's types has them
+		}
+	case reflect.Interface:
+		if v.IsNil() {
+			return true
+		}
+		x, changed, ok := floatAny(v.Interface(), negZero)
+		if ok && changed {
+			v.Set(reflect.ValueOf(x))
+		}
+		return ok
+	}
+	return true
+}
+
+// floatAny is floatWhole for a generic JSON value: maps and lists are
+// changed in place; a number is returned changed.
+func floatAny(x any, negZero bool) (out any, changed, ok bool) {
+	switch t := x.(type) {
+	case int64:
+		if t == 0 && negZero {
+			return nil, false, false
+		}
+		return float64(t), true, true
+	case map[string]any:
+		for k, e := range t {
+			y, changed, ok := floatAny(e, negZero)
+			if !ok {
+				return nil, false, false
+			}
+			if changed {
+				t[k] = y
+			}
+		}
+	case []any:
+		for i, e := range t {
+			y, changed, ok := floatAny(e, negZero)
+			if !ok {
+				return nil, false, false
+			}
+			if changed {
+				t[i] = y
+			}
+		}
+	}
+	return x, false, true
 }
 
 func (h *handlers) poll(c echo.Context) error {
@@ -499,12 +617,20 @@ func (h *handlers) adminServer(c echo.Context) error {
 	return c.JSON(http.StatusOK, srv)
 }
 
-func requestMetrics(reg *prometheus.Registry) echo.MiddlewareFunc {
+// newRequestMetrics registers spawner_http_request_duration_seconds.
+func newRequestMetrics(reg *prometheus.Registry) *prometheus.HistogramVec {
 	reqs := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "spawner_http_request_duration_seconds", Help: "API requests by route, method and status.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		// Fine below a millisecond, where polls answer from the cache; up
+		// to a minute for stops that wait.
+		Buckets: []float64{5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 40e-6, 50e-6, 75e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6,
+			0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"route", "method", "code"})
 	reg.MustRegister(reqs)
+	return reqs
+}
+
+func requestMetrics(reqs *prometheus.HistogramVec) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()

@@ -90,9 +90,18 @@ func (m *Manager) owns(pod *corev1.Pod, key Key, hint Hint) (bool, string) {
 // where the server's pod is or would be; pod is nil unless one is there
 // and owned.
 func (m *Manager) find(key Key, hint Hint) (podRef, *corev1.Pod) {
+	ref, pod, _ := m.locate(key, hint)
+	return ref, pod
+}
+
+// locate is find, and also says whether the pod is the only one labelled
+// with the server's key and is the server's whatever the hint: then every
+// poll of the server, with any hint, finds that pod.
+func (m *Manager) locate(key Key, hint Hint) (podRef, *corev1.Pod, bool) {
 	var best *corev1.Pod
-	for _, p := range m.watcher.PodsOf(serverid.Key(key.User, key.Server)) {
-		if ok, _ := m.owns(p, key, hint); !ok {
+	labelled := m.watcher.PodsOf(serverid.Key(key.User, key.Server))
+	for _, p := range labelled {
+		if !m.ownsLabelled(p, key, hint) {
 			continue
 		}
 		switch {
@@ -106,7 +115,8 @@ func (m *Manager) find(key Key, hint Hint) (podRef, *corev1.Pod) {
 		}
 	}
 	if best != nil {
-		return podRef{best.Namespace, best.Name}, best
+		sole := len(labelled) == 1 && m.cfg.MayHold(key.User, key.Server, 0, best.Namespace)
+		return podRef{best.Namespace, best.Name}, best, sole
 	}
 	refs := make([]podRef, 0, 2)
 	if hint.Pod != "" && hint.Namespace != "" {
@@ -125,12 +135,24 @@ func (m *Manager) find(key Key, hint Hint) (podRef, *corev1.Pod) {
 				zap.String("pod", ref.name), zap.String("namespace", ref.namespace), zap.String("why", why))
 			continue
 		}
-		return ref, st.Pod
+		return ref, st.Pod, false
 	}
 	if len(refs) == 0 {
-		return podRef{}, nil
+		return podRef{}, nil, false
 	}
-	return refs[len(refs)-1], nil
+	return refs[len(refs)-1], nil, false
+}
+
+// ownsLabelled is owns for a pod found under the server's key label: with
+// the label known to be the key of key's user and server, the pod's
+// identity is whole and key's exactly when its annotations name them, so
+// the key need not be hashed again.
+func (m *Manager) ownsLabelled(pod *corev1.Pod, key Key, hint Hint) bool {
+	user, ok := pod.Annotations[serverid.AnnotationUser]
+	if !ok || user != key.User || pod.Annotations[serverid.AnnotationServer] != key.Server {
+		return false
+	}
+	return hint.Namespace != "" && pod.Namespace == hint.Namespace || m.cfg.MayHold(key.User, key.Server, 0, pod.Namespace)
 }
 
 // settingsCache resolves a pod's user_options (serverid.AnnotationUserOptions)

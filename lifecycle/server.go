@@ -1,13 +1,19 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
@@ -98,7 +104,29 @@ type EventSummary struct {
 // The pod is found by the server's identity (see find), on any replica;
 // hint is the hub's saved state, if the request carried it.
 func (m *Manager) Server(key Key, hint Hint) *Server {
-	ref, pod := m.find(key, hint)
+	s, _ := m.server(key, hint)
+	return s
+}
+
+// basis is what a Server answer was made of, when the answer holds for as
+// long as they are unchanged (see Answers): ok is false for any other.
+type basis struct {
+	ok bool
+	// uid and rv are the pod's UID and resourceVersion.
+	uid types.UID
+	rv  string
+	// sp is the server's spawn in this process, if any, and done, url and
+	// failed its result when the answer was made.
+	sp          *spawn
+	done        bool
+	url, failed string
+	// created is the pod's creation, which the age is counted from.
+	created time.Time
+}
+
+// server is Server, with what its answer was made of.
+func (m *Manager) server(key Key, hint Hint) (*Server, basis) {
+	ref, pod, sole := m.locate(key, hint)
 	m.mu.Lock()
 	sp := m.spawns[key]
 	m.mu.Unlock()
@@ -124,8 +152,13 @@ func (m *Manager) Server(key Key, hint Hint) *Server {
 	}
 	var done bool
 	var url, failed string
-	if sp != nil && (st.Pod == nil || st.Pod.UID == sp.uid) {
-		done, url, failed = sp.result()
+	b := basis{sp: sp}
+	if sp != nil {
+		// Read once: the answer and its basis must see the same result.
+		b.done, b.url, b.failed = sp.result()
+		if st.Pod == nil || st.Pod.UID == sp.uid {
+			done, url, failed = b.done, b.url, b.failed
+		}
 	}
 	switch {
 	case sp != nil && !done && (st.Pod == nil || st.Pod.UID == sp.uid):
@@ -158,7 +191,19 @@ func (m *Manager) Server(key Key, hint Hint) *Server {
 		stopper, _ := recorder.Classify(st.Pod, *st.Stop, m.watcher.Events(st.Pod.Namespace, st.Pod.Name))
 		s.Stopped.Stopper = string(stopper)
 	}
-	return s
+	// A running or pending server's answer depends on its pod, its spawn
+	// and the time (the age) only, when the pod is its one pod whatever the
+	// hint and no Spark cluster can add to it.
+	if sole && st.Pod == pod && (s.Status == StatusRunning || s.Status == StatusPending) && m.sparkOff() {
+		b.ok, b.uid, b.rv, b.created = true, pod.UID, pod.ResourceVersion, pod.CreationTimestamp.Time
+	}
+	return s, b
+}
+
+// sparkOff reports whether no Spark cluster can be part of an answer.
+func (m *Manager) sparkOff() bool {
+	_, off := m.spark.(noSpark)
+	return off
 }
 
 // historyWait bounds the history read of a poll for a gone pod.
@@ -186,21 +231,47 @@ func (m *Manager) addHistory(s *Server, key Key, hint Hint) bool {
 		return false
 	}
 	if s.Stopped != nil {
+		if s.UID != "" && s.UID != last.UID {
+			return false // the history's last end is another pod's
+		}
 		s.Stopped.Stopper, s.Stopped.Why = string(last.Stopper), history.Why(last, m.loc)
+		s.Message = s.Stopped.Why
+		fillIdentity(s, last)
 		return true
 	}
 	fillFromSession(s, last, m.loc)
 	return true
 }
 
+// fillIdentity sets what a server was (its pod, node, profile, image,
+// workspace, GPU and creation) from its session where memory had none.
+func fillIdentity(s *Server, last history.Session) {
+	for _, f := range []struct {
+		dst *string
+		src string
+	}{
+		{&s.UID, last.UID}, {&s.Profile, last.Profile}, {&s.Image, last.Image}, {&s.Course, last.Course},
+		{&s.GPUClass, last.GPUClass}, {&s.Reservation, last.Reservation}, {&s.Node, last.Node},
+	} {
+		if *f.dst == "" {
+			*f.dst = f.src
+		}
+	}
+	if s.Pod == "" {
+		s.Pod, s.Namespace = last.Pod, last.Namespace
+	}
+	if s.Created == nil && last.CreatedAt != nil {
+		created := *last.CreatedAt
+		s.Created = &created
+	}
+}
+
 // fillFromSession describes a server from its ended session.
 func fillFromSession(s *Server, last history.Session, loc *time.Location) {
 	s.Status = StatusStopped
 	s.UID, s.Profile, s.Image, s.Course, s.GPUClass, s.Reservation = last.UID, last.Profile, last.Image, last.Course, last.GPUClass, last.Reservation
-	if s.Pod == "" {
-		s.Pod, s.Namespace = last.Pod, last.Namespace
-	}
 	s.Node = last.Node
+	fillIdentity(s, last)
 	end := history.EndFacts{}
 	if last.End != nil {
 		end = *last.End
@@ -213,10 +284,6 @@ func fillFromSession(s *Server, last history.Session, loc *time.Location) {
 	s.Stopped = &StopReason{Phase: end.Phase, Reason: end.Reason, Message: end.Message, ContainerReason: end.ContainerReason,
 		ExitCode: code, At: *last.EndedAt, PodDeleted: true, Stopper: string(last.Stopper), Why: history.Why(last, loc)}
 	s.Message = s.Stopped.Why
-	if last.CreatedAt != nil {
-		created := *last.CreatedAt
-		s.Created = &created
-	}
 }
 
 // ServerWithEvents is Server plus the pod's recent events, for admins.
@@ -362,3 +429,154 @@ func stopMessage(s poll.StopInfo) string {
 func ptrInt(i int) *int { return &i }
 
 func podURL(pod *corev1.Pod, s *spawner.Settings) string { return spawner.PodURL(pod, s) }
+
+// Answers keeps each server's poll answer, encoded, for as long as what it
+// was made of is unchanged: the pod (its UID and resourceVersion) and the
+// spawn's state. A poll of a kept answer costs an index lookup and a copy,
+// with the age written anew, and allocates nothing but client-go's index
+// lookup's one-element slice. Answers that depend on
+// the hint, on the time otherwise than by the age, on the session history
+// or on a Spark cluster (those of every stopped or absent server) are made
+// afresh at every poll. Make one with Manager.NewAnswers; it is safe for
+// concurrent use.
+type Answers struct {
+	m *Manager
+	// only is the watcher's OnlyPodOf, else one made of PodsOf.
+	only func(key string) (*corev1.Pod, int)
+	mu   sync.RWMutex
+	kept map[Key]*answer
+}
+
+// answer is a kept answer: its JSON before and after the age's value.
+type answer struct {
+	basis
+	labelKey   string
+	head, tail []byte
+}
+
+// maxAnswers bounds the kept answers, about 1 KiB each.
+const maxAnswers = 1 << 16
+
+// ageField precedes the age's value in a Server's JSON. No string value
+// can hold it, as encoding/json escapes every quote inside one.
+const ageField = `,"age":"`
+
+// NewAnswers returns an empty cache of the manager's poll answers.
+func (m *Manager) NewAnswers() *Answers {
+	a := &Answers{m: m, kept: map[Key]*answer{}}
+	if w, ok := m.watcher.(interface {
+		OnlyPodOf(key string) (*corev1.Pod, int)
+	}); ok {
+		a.only = w.OnlyPodOf
+	} else {
+		a.only = func(key string) (*corev1.Pod, int) {
+			pods := m.watcher.PodsOf(key)
+			if len(pods) != 1 {
+				return nil, len(pods)
+			}
+			return pods[0], 1
+		}
+	}
+	return a
+}
+
+// AppendJSON appends Server(key, hint) to dst as encoding/json encodes it.
+func (a *Answers) AppendJSON(dst []byte, key Key, hint Hint) ([]byte, error) {
+	a.mu.RLock()
+	e := a.kept[key]
+	a.mu.RUnlock()
+	if e != nil && a.current(key, e) {
+		dst = append(dst, e.head...)
+		dst = appendAge(dst, a.m.clockNow().Sub(e.created))
+		return append(dst, e.tail...), nil
+	}
+	s, b := a.m.server(key, hint)
+	data, err := json.Marshal(s)
+	if err != nil {
+		return dst, fmt.Errorf("encoding the answer for %s: %w", describe(key.User, key.Server), err)
+	}
+	a.keep(key, e, s, data, b)
+	return append(dst, data...), nil
+}
+
+// current reports whether an answer's pod is still the server's one pod,
+// unchanged, and its spawn's state what it was.
+func (a *Answers) current(key Key, e *answer) bool {
+	pod, n := a.only(e.labelKey)
+	if n != 1 || pod.UID != e.uid || pod.ResourceVersion != e.rv {
+		return false
+	}
+	a.m.mu.Lock()
+	sp := a.m.spawns[key]
+	a.m.mu.Unlock()
+	if sp != e.sp {
+		return false
+	}
+	if sp != nil {
+		done, url, failed := sp.result()
+		return done == e.done && url == e.url && failed == e.failed
+	}
+	return true
+}
+
+// keep stores a new answer if it may be kept, else drops the stale one.
+func (a *Answers) keep(key Key, stale *answer, s *Server, data []byte, b basis) {
+	var e *answer
+	if b.ok {
+		if i := bytes.Index(data, []byte(ageField+s.Age+`"`)); i >= 0 {
+			at := i + len(ageField)
+			e = &answer{basis: b, labelKey: serverid.Key(key.User, key.Server), head: data[:at:at], tail: data[at+len(s.Age):]}
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e == nil {
+		if stale != nil && a.kept[key] == stale {
+			delete(a.kept, key)
+		}
+		return
+	}
+	// Two answers picked at random are checked at every new one, so those
+	// of servers no longer polled (stopped, gone) do not pile up.
+	n := 0
+	for k, old := range a.kept {
+		if n++; n > 2 {
+			break
+		}
+		if !a.current(k, old) {
+			delete(a.kept, k)
+		}
+	}
+	if len(a.kept) >= maxAnswers {
+		for k, old := range a.kept {
+			if !a.current(k, old) {
+				delete(a.kept, k)
+			}
+		}
+		if len(a.kept) >= maxAnswers*3/4 {
+			clear(a.kept)
+		}
+	}
+	a.kept[key] = e
+}
+
+// appendAge appends d rounded to the second as Duration.String writes it
+// (describePod's age), without allocating.
+func appendAge(dst []byte, d time.Duration) []byte {
+	d = d.Round(time.Second)
+	if d%time.Second != 0 { // Round saturated at the extremes
+		return append(dst, d.String()...)
+	}
+	secs := int64(d / time.Second)
+	if secs < 0 {
+		dst, secs = append(dst, '-'), -secs
+	}
+	h, m, s := secs/3600, secs/60%60, secs%60
+	if h > 0 {
+		dst = append(strconv.AppendInt(dst, h, 10), 'h')
+	}
+	if h > 0 || m > 0 {
+		dst = append(strconv.AppendInt(dst, m, 10), 'm')
+	}
+	return append(strconv.AppendInt(dst, s, 10), 's')
+}

@@ -2,12 +2,17 @@ package poll
 
 import (
 	"container/list"
+	"encoding/hex"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 )
@@ -31,18 +36,14 @@ type eventCache struct {
 	orphanTTL  time.Duration
 	maxOrphans int
 
-	mu      sync.Mutex
-	synced  bool
-	kept    map[string]keptEvent // by event key
-	byPod   map[cache.ObjectName]map[string]*corev1.Event
+	mu     sync.Mutex
+	synced bool
+	// kept is every kept event; each knows its index, so removal is a swap.
+	kept    []*cachedEvent
+	byPod   map[cache.ObjectName][]*cachedEvent
 	orphans map[string]*list.Element // by event key; values are *orphan
 	order   *list.List               // orphans, oldest first
 	recent  map[cache.ObjectName]time.Time
-}
-
-type keptEvent struct {
-	ev  *corev1.Event
-	pod cache.ObjectName
 }
 
 type orphan struct {
@@ -60,8 +61,7 @@ func newEventCache(live func(cache.ObjectName) bool, changed func(cache.ObjectNa
 		retain:     time.Hour, // the API server's default --event-ttl
 		orphanTTL:  2 * time.Minute,
 		maxOrphans: 1000,
-		kept:       map[string]keptEvent{},
-		byPod:      map[cache.ObjectName]map[string]*corev1.Event{},
+		byPod:      map[cache.ObjectName][]*cachedEvent{},
 		orphans:    map[string]*list.Element{},
 		order:      list.New(),
 		recent:     map[cache.ObjectName]time.Time{},
@@ -120,15 +120,14 @@ func (e *eventCache) put(obj any) error {
 	if !ok {
 		return nil
 	}
-	key := cache.MetaObjectToName(ev).String()
 	now := e.clock.Now()
 	e.mu.Lock()
-	_, had := e.kept[key]
+	had := e.findLocked(pod, ev.Name) >= 0
 	keep := had || e.wantedLocked(pod, now)
 	if keep {
-		e.keepLocked(key, pod, ev)
+		e.keepLocked(pod, ev)
 	} else {
-		e.addOrphanLocked(key, pod, ev, now)
+		e.addOrphanLocked(cache.MetaObjectToName(ev).String(), pod, ev, now)
 	}
 	e.mu.Unlock()
 	if keep {
@@ -137,15 +136,32 @@ func (e *eventCache) put(obj any) error {
 	return nil
 }
 
-func (e *eventCache) keepLocked(key string, pod cache.ObjectName, ev *corev1.Event) {
-	e.removeOrphanLocked(key)
-	e.kept[key] = keptEvent{ev: ev, pod: pod}
-	m := e.byPod[pod]
-	if m == nil {
-		m = map[string]*corev1.Event{}
-		e.byPod[pod] = m
+// findLocked returns the index of the kept event of pod named name in
+// e.byPod[pod], or -1; e.mu must be held.
+func (e *eventCache) findLocked(pod cache.ObjectName, name string) int {
+	for i, ce := range e.byPod[pod] {
+		if ce.is(pod, name) {
+			return i
+		}
 	}
-	m[key] = ev
+	return -1
+}
+
+// keepLocked keeps ev, replacing the kept event of that name; e.mu must be
+// held.
+func (e *eventCache) keepLocked(pod cache.ObjectName, ev *corev1.Event) {
+	e.removeOrphanLocked(cache.MetaObjectToName(ev).String())
+	evs := e.byPod[pod]
+	ce := newCachedEvent(pod, ev, evs)
+	if i := e.findLocked(pod, ev.Name); i >= 0 {
+		ce.idx = evs[i].idx
+		e.kept[ce.idx] = ce
+		evs[i] = ce
+		return
+	}
+	ce.idx = int32(len(e.kept))
+	e.kept = append(e.kept, ce)
+	e.byPod[pod] = append(evs, ce)
 }
 
 func (e *eventCache) addOrphanLocked(key string, pod cache.ObjectName, ev *corev1.Event, now time.Time) {
@@ -163,19 +179,32 @@ func (e *eventCache) removeOrphanLocked(key string) {
 	}
 }
 
-func (e *eventCache) unkeepLocked(key string) (cache.ObjectName, bool) {
-	k, ok := e.kept[key]
-	if !ok {
-		return cache.ObjectName{}, false
+// unkeepLocked drops the kept event of pod named name and reports whether
+// there was one; e.mu must be held.
+func (e *eventCache) unkeepLocked(pod cache.ObjectName, name string) bool {
+	i := e.findLocked(pod, name)
+	if i < 0 {
+		return false
 	}
-	delete(e.kept, key)
-	if m := e.byPod[k.pod]; m != nil {
-		delete(m, key)
-		if len(m) == 0 {
-			delete(e.byPod, k.pod)
-		}
+	evs := e.byPod[pod]
+	e.dropLocked(evs[i])
+	last := len(evs) - 1
+	evs[i], evs[last] = evs[last], nil
+	if last == 0 {
+		delete(e.byPod, pod)
+	} else {
+		e.byPod[pod] = evs[:last]
 	}
-	return k.pod, true
+	return true
+}
+
+// dropLocked removes ce from e.kept; e.mu must be held.
+func (e *eventCache) dropLocked(ce *cachedEvent) {
+	last := len(e.kept) - 1
+	moved := e.kept[last]
+	e.kept[ce.idx], moved.idx = moved, ce.idx
+	e.kept[last] = nil
+	e.kept = e.kept[:last]
 }
 
 // Delete implements cache.ReflectorStore.
@@ -184,10 +213,10 @@ func (e *eventCache) Delete(obj any) error {
 	if err != nil {
 		return err
 	}
-	key := cache.MetaObjectToName(ev).String()
 	e.mu.Lock()
-	e.removeOrphanLocked(key)
-	pod, had := e.unkeepLocked(key)
+	e.removeOrphanLocked(cache.MetaObjectToName(ev).String())
+	pod, ok := involvedPod(ev)
+	had := ok && e.unkeepLocked(pod, ev.Name)
 	e.mu.Unlock()
 	if had {
 		e.changed(pod)
@@ -203,8 +232,8 @@ func (e *eventCache) Replace(items []any, _ string) error {
 	for pod := range e.byPod {
 		touched[pod] = struct{}{}
 	}
-	e.kept = map[string]keptEvent{}
-	e.byPod = map[cache.ObjectName]map[string]*corev1.Event{}
+	e.kept = nil
+	e.byPod = map[cache.ObjectName][]*cachedEvent{}
 	e.orphans = map[string]*list.Element{}
 	e.order.Init()
 	for _, obj := range items {
@@ -217,15 +246,14 @@ func (e *eventCache) Replace(items []any, _ string) error {
 		if !ok {
 			continue
 		}
-		key := cache.MetaObjectToName(ev).String()
 		switch {
 		case e.wantedLocked(pod, now):
-			e.keepLocked(key, pod, ev)
+			e.keepLocked(pod, ev)
 			touched[pod] = struct{}{}
 		case now.Sub(eventTime(ev)) < e.orphanTTL:
 			// Possibly a pod created a moment ago that the pod cache
 			// has not shown yet.
-			e.addOrphanLocked(key, pod, ev, now)
+			e.addOrphanLocked(cache.MetaObjectToName(ev).String(), pod, ev, now)
 		}
 	}
 	e.synced = true
@@ -256,7 +284,7 @@ func (e *eventCache) podAdded(pod cache.ObjectName) {
 	for el := e.order.Front(); el != nil; {
 		next := el.Next()
 		if o := el.Value.(*orphan); o.pod == pod {
-			e.keepLocked(o.key, pod, o.ev)
+			e.keepLocked(pod, o.ev)
 			adopted = true
 		}
 		el = next
@@ -295,12 +323,12 @@ func (e *eventCache) sweep() {
 			delete(e.recent, pod)
 		}
 	}
-	for pod, m := range e.byPod {
+	for pod, evs := range e.byPod {
 		if e.wantedLocked(pod, now) {
 			continue
 		}
-		for key := range m {
-			delete(e.kept, key)
+		for _, ce := range evs {
+			e.dropLocked(ce)
 		}
 		delete(e.byPod, pod)
 		dropped = append(dropped, pod)
@@ -311,15 +339,20 @@ func (e *eventCache) sweep() {
 	}
 }
 
-// eventsOf returns the kept events of pod, oldest first.
+// eventsOf returns the kept events of pod, oldest first. Each call makes
+// them anew from the compact copies kept.
 func (e *eventCache) eventsOf(pod cache.ObjectName) []*corev1.Event {
 	e.mu.Lock()
-	m := e.byPod[pod]
-	out := make([]*corev1.Event, 0, len(m))
-	for _, ev := range m {
-		out = append(out, ev)
+	evs := e.byPod[pod]
+	all := make([]corev1.Event, len(evs))
+	for i, ce := range evs {
+		ce.fill(&all[i], pod)
 	}
 	e.mu.Unlock()
+	out := make([]*corev1.Event, len(all))
+	for i := range all {
+		out[i] = &all[i]
+	}
 	sort.Slice(out, func(i, j int) bool {
 		ti, tj := eventTime(out[i]), eventTime(out[j])
 		if !ti.Equal(tj) {
@@ -343,4 +376,171 @@ func eventTime(ev *corev1.Event) time.Time {
 	default:
 		return ev.CreationTimestamp.Time
 	}
+}
+
+// cachedEvent is an event as the cache keeps it: what trimEvent keeps, in
+// about a quarter of the memory of a corev1.Event and its strings (a pod
+// started within the event TTL has four or more). The involved pod is the
+// cache key, the strings events repeat (reasons, sources, field paths, most
+// messages) are interned, and times are nanoseconds.
+type cachedEvent struct {
+	// name is the event's name, or when short only what follows
+	// "<pod name>." (the scheduler's and the kubelet's names).
+	name    string
+	uid     [16]byte  // the event's UID when a canonical UUID (else rare.uid)
+	podUID  types.UID // the involved pod's, shared with its other events
+	message string
+
+	reason, typ, fieldPath, component, controller handle
+
+	created, first, last int64 // time.Time.UnixNano; 0 is the zero time
+	// loc is the times' location (a decoded event's are all time.Local).
+	loc  *time.Location
+	rare *rareEventFields
+
+	count int32
+	idx   int32 // in eventCache.kept
+	short bool
+	// noInvolvedNS: the event named no involvedObject.namespace.
+	noInvolvedNS bool
+}
+
+// rareEventFields are those that only events.k8s.io clients set, and a
+// UID that is not a canonical UUID (fakes).
+type rareEventFields struct {
+	eventTime metav1.MicroTime
+	series    *corev1.EventSeries
+	uid       types.UID
+	unpacked  bool // uid holds the event's UID
+}
+
+// handle is an interned string; the zero handle is "".
+type handle struct{ h unique.Handle[string] }
+
+func makeHandle(s string) handle {
+	if s == "" {
+		return handle{}
+	}
+	return handle{unique.Make(s)}
+}
+
+func (h handle) String() string {
+	if h == (handle{}) {
+		return ""
+	}
+	return h.h.Value()
+}
+
+// newCachedEvent makes the kept copy of ev, an event about pod; siblings
+// are the pod's kept events, whose copy of the pod's UID it shares.
+func newCachedEvent(pod cache.ObjectName, ev *corev1.Event, siblings []*cachedEvent) *cachedEvent {
+	ce := &cachedEvent{
+		name: ev.Name, podUID: ev.InvolvedObject.UID,
+		reason: makeHandle(ev.Reason), typ: makeHandle(ev.Type), fieldPath: makeHandle(ev.InvolvedObject.FieldPath),
+		component: makeHandle(ev.Source.Component), controller: makeHandle(ev.ReportingController),
+		created: nanos(ev.CreationTimestamp.Time), first: nanos(ev.FirstTimestamp.Time), last: nanos(ev.LastTimestamp.Time),
+		count: ev.Count, noInvolvedNS: ev.InvolvedObject.Namespace == "",
+	}
+	if rest, ok := strings.CutPrefix(ev.Name, pod.Name+"."); ok {
+		ce.name, ce.short = rest, true
+	}
+	// A message that names the pod is its own; the rest ("Started
+	// container notebook", a FailedScheduling verdict) repeat across pods.
+	ce.message = ev.Message
+	if !strings.Contains(ev.Message, pod.Name) {
+		ce.message = intern(ev.Message)
+	}
+	for _, s := range siblings {
+		if s.podUID == ce.podUID {
+			ce.podUID = s.podUID
+			break
+		}
+	}
+	for _, t := range []time.Time{ev.LastTimestamp.Time, ev.FirstTimestamp.Time, ev.CreationTimestamp.Time} {
+		if !t.IsZero() {
+			ce.loc = t.Location()
+			break
+		}
+	}
+	uid, packed := packUUID(ev.UID)
+	ce.uid = uid
+	if !ev.EventTime.IsZero() || ev.Series != nil || !packed {
+		ce.rare = &rareEventFields{eventTime: ev.EventTime, series: ev.Series}
+		if !packed {
+			ce.rare.uid, ce.rare.unpacked = ev.UID, true
+		}
+	}
+	return ce
+}
+
+// packUUID packs a canonical (lower-case, hyphenated) UUID into 16 bytes.
+func packUUID(u types.UID) ([16]byte, bool) {
+	var out [16]byte
+	if len(u) != 36 || u[8] != '-' || u[13] != '-' || u[18] != '-' || u[23] != '-' {
+		return out, false
+	}
+	digits := string(u[0:8] + u[9:13] + u[14:18] + u[19:23] + u[24:])
+	if strings.ToLower(digits) != digits {
+		return out, false
+	}
+	if _, err := hex.Decode(out[:], []byte(digits)); err != nil {
+		return [16]byte{}, false
+	}
+	return out, true
+}
+
+func (ce *cachedEvent) uidOf() types.UID {
+	if ce.rare != nil && ce.rare.unpacked {
+		return ce.rare.uid
+	}
+	h := hex.EncodeToString(ce.uid[:])
+	return types.UID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:])
+}
+
+// is reports whether ce is pod's event named name.
+func (ce *cachedEvent) is(pod cache.ObjectName, name string) bool {
+	if !ce.short {
+		return ce.name == name
+	}
+	return len(name) == len(pod.Name)+1+len(ce.name) && strings.HasPrefix(name, pod.Name) &&
+		name[len(pod.Name)] == '.' && strings.HasSuffix(name, ce.name)
+}
+
+// fill writes the event ce keeps into ev, as trimEvent would have left it
+// (its resourceVersion aside, which nothing reads).
+func (ce *cachedEvent) fill(ev *corev1.Event, pod cache.ObjectName) {
+	name := ce.name
+	if ce.short {
+		name = pod.Name + "." + ce.name
+	}
+	involvedNS := pod.Namespace
+	if ce.noInvolvedNS {
+		involvedNS = ""
+	}
+	*ev = corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pod.Namespace, UID: ce.uidOf(), CreationTimestamp: ce.at(ce.created)},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: involvedNS, Name: pod.Name, UID: ce.podUID,
+			FieldPath: ce.fieldPath.String()},
+		Reason: ce.reason.String(), Message: ce.message, Type: ce.typ.String(), Count: ce.count,
+		FirstTimestamp: ce.at(ce.first), LastTimestamp: ce.at(ce.last),
+		Source:              corev1.EventSource{Component: ce.component.String()},
+		ReportingController: ce.controller.String(),
+	}
+	if ce.rare != nil {
+		ev.EventTime, ev.Series = ce.rare.eventTime, ce.rare.series
+	}
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func (ce *cachedEvent) at(n int64) metav1.Time {
+	if n == 0 {
+		return metav1.Time{}
+	}
+	return metav1.NewTime(time.Unix(0, n).In(ce.loc))
 }

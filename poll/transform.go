@@ -1,11 +1,14 @@
 package poll
 
 import (
+	"strings"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/dsmlp/spawner/serverid"
 )
 
 // lastAppliedAnnotation is kubectl's copy of the whole manifest; it can be
@@ -13,9 +16,10 @@ import (
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // trimPod is the pod informer's cache.TransformFunc. It builds a new pod
-// holding only what Status, the admin list and the stop reaction read, so the
-// decoded original (env, volumes, affinity, managedFields, ...) becomes
-// garbage. It is idempotent, as client-go requires of transforms.
+// holding only what Status, the admin list, the session history and the stop
+// reaction read, so the decoded original (env, volumes, affinity,
+// managedFields, ...) becomes garbage. It is idempotent, as
+// client-go requires of transforms.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -29,12 +33,10 @@ func trimPod(obj any) (any, error) {
 			Containers: make([]corev1.Container, len(pod.Spec.Containers)),
 		},
 		Status: corev1.PodStatus{
-			Phase:     pod.Status.Phase,
-			Reason:    pod.Status.Reason,
-			Message:   pod.Status.Message,
-			PodIP:     pod.Status.PodIP,
-			HostIP:    pod.Status.HostIP,
-			StartTime: pod.Status.StartTime,
+			Phase:   intern(pod.Status.Phase),
+			Reason:  intern(pod.Status.Reason),
+			Message: pod.Status.Message,
+			PodIP:   pod.Status.PodIP,
 		},
 	}
 	for i, c := range pod.Spec.Containers {
@@ -44,6 +46,15 @@ func trimPod(obj any) (any, error) {
 			Image: intern(c.Image),
 			Ports: c.Ports,
 		}
+	}
+	n := 0
+	for _, c := range pod.Status.Conditions {
+		if keptConditions[c.Type] {
+			n++
+		}
+	}
+	if n > 0 {
+		out.Status.Conditions = make([]corev1.PodCondition, 0, n)
 	}
 	for _, c := range pod.Status.Conditions {
 		if !keptConditions[c.Type] {
@@ -69,6 +80,24 @@ var keptConditions = map[corev1.PodConditionType]bool{
 	corev1.DisruptionTarget: true,
 }
 
+// perServerValues are annotation and label keys whose values differ from
+// server to server: interning them would add an intern table entry for
+// each and share nothing.
+var perServerValues = map[string]bool{
+	serverid.LabelKey:                true,
+	serverid.AnnotationUser:          true,
+	AnnotationHubUsername:            true,
+	serverid.AnnotationRequestedBy:   true,
+	serverid.AnnotationStartDeadline: true,
+}
+
+// perPodReservation are the reservation engine's annotations (after its
+// configurable prefix) whose values differ from pod to pod.
+var perPodReservation = []string{
+	"booking-reference", "reservation-start", "reservation-end", "admitted-at", "guaranteed-until",
+	"termination-warning-at", "termination-warning-message",
+}
+
 // intern returns the canonical copy of a string that many cached objects
 // repeat (label keys, images, node names), so each pod does not hold its own
 // decoded copy.
@@ -79,15 +108,49 @@ func intern[S ~string](s S) S {
 	return S(unique.Make(string(s)).Value())
 }
 
-func internMap(m map[string]string, skip string) map[string]string {
+// internValue interns v unless it is the value of a per-server key.
+func internValue(key, v string) string {
+	if perServerValues[key] {
+		return v
+	}
+	for _, suffix := range perPodReservation {
+		if strings.HasSuffix(key, suffix) {
+			return v
+		}
+	}
+	return intern(v)
+}
+
+func trimLabels(m map[string]string) map[string]string {
 	if m == nil {
 		return nil
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		if k != skip {
-			out[intern(k)] = intern(v)
+		out[intern(k)] = internValue(k, v)
+	}
+	return out
+}
+
+func trimAnnotations(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	// spawnerd's and KubeSpawner's user annotations hold the same name:
+	// one copy serves both.
+	var user string
+	for k, v := range m {
+		switch k {
+		case lastAppliedAnnotation:
+			continue
+		case serverid.AnnotationUser, AnnotationHubUsername:
+			if v == user {
+				v = user
+			}
+			user = v
 		}
+		out[intern(k)] = internValue(k, v)
 	}
 	return out
 }
@@ -95,16 +158,21 @@ func internMap(m map[string]string, skip string) map[string]string {
 func trimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	out := metav1.ObjectMeta{
 		Name:                       m.Name,
-		Namespace:                  m.Namespace,
+		Namespace:                  intern(m.Namespace),
 		UID:                        m.UID,
 		ResourceVersion:            m.ResourceVersion,
 		CreationTimestamp:          m.CreationTimestamp,
 		DeletionTimestamp:          m.DeletionTimestamp,
 		DeletionGracePeriodSeconds: m.DeletionGracePeriodSeconds,
-		Labels:                     internMap(m.Labels, ""),
-		Annotations:                internMap(m.Annotations, lastAppliedAnnotation),
-		// The stop reaction reads FinalizerStopReport.
-		Finalizers: m.Finalizers,
+		Labels:                     trimLabels(m.Labels),
+		Annotations:                trimAnnotations(m.Annotations),
+	}
+	// The stop reaction reads FinalizerStopReport.
+	if len(m.Finalizers) > 0 {
+		out.Finalizers = make([]string, len(m.Finalizers))
+		for i, f := range m.Finalizers {
+			out.Finalizers[i] = intern(f)
+		}
 	}
 	return out
 }
@@ -130,8 +198,9 @@ func trimContainerStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus
 	return out
 }
 
-// trimEvent is the event cache's transform: it keeps what progress messages
-// and failure diagnosis show.
+// trimEvent is the event reflector's transform: it keeps what progress
+// messages and failure diagnosis show, so that a watch-list buffers no more
+// of an event than the event cache keeps.
 func trimEvent(obj any) (any, error) {
 	ev, ok := obj.(*corev1.Event)
 	if !ok {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptrace"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -428,6 +429,31 @@ func (w *Watcher) PodsOf(key string) []*corev1.Pod {
 	return out
 }
 
+// OnlyPodOf returns the cached pod labelled with a server's key when it is
+// the only one, and how many there are (PodsOf lists them when not one).
+// It allocates nothing of its own: the poll's answer cache checks with it,
+// at every hit, that the pod it answered from is still the server's one pod.
+// A shared cache object: never modify it.
+func (w *Watcher) OnlyPodOf(key string) (*corev1.Pod, int) {
+	var only *corev1.Pod
+	n := 0
+	for _, sp := range w.spaces {
+		objs, err := sp.pods.GetIndexer().ByIndex(indexServerKey, key)
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			if p, ok := o.(*corev1.Pod); ok {
+				only, n = p, n+1
+			}
+		}
+	}
+	if n != 1 {
+		return nil, n
+	}
+	return only, 1
+}
+
 // Events returns the cached events of a pod, oldest first. They are shared
 // cache objects: never modify them.
 func (w *Watcher) Events(namespace, pod string) []*corev1.Event {
@@ -550,6 +576,9 @@ func (w *Watcher) podUpdated(oldObj, newObj any) {
 		return
 	}
 	key := cache.MetaObjectToName(newPod)
+	if newPod.Status.Phase == corev1.PodFailed && oldPod.Status.Phase != corev1.PodFailed { // TEMP-STOPBENCH
+		w.log.Debug("TEMP informer saw failed", zap.String("pod", newPod.Name), zap.Int("queue", w.queue.Len()))
+	}
 	w.queue.Add(key)
 	w.signal(key)
 }
@@ -902,12 +931,27 @@ func (w *Watcher) setLastLocked(key cache.ObjectName, info StopInfo, now time.Ti
 }
 
 // deletePod deletes a stopped pod at once. The UID precondition makes sure a
-// new pod of the same name is never deleted.
+// new pod of the same name is never deleted. At debug level it logs when
+// the request went out (after client-go's rate limiter) and how long the
+// API server took: how soon a stop is acted on, told apart from the API
+// server's own latency.
 func (w *Watcher) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	ce := w.log.Check(zap.DebugLevel, "stopped pod delete sent")
+	var sent atomic.Int64 // unix nanoseconds the request was written
+	if ce != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+			sent.CompareAndSwap(0, time.Now().UnixNano())
+		}})
+	}
 	err := w.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
 		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
 	})
+	if ce != nil && sent.Load() != 0 {
+		at := time.Unix(0, sent.Load())
+		ce.Write(zap.String("pod", pod.Name), zap.String("namespace", pod.Namespace), zap.Time("sent", at),
+			zap.Duration("took", time.Since(at)), zap.Error(err))
+	}
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil

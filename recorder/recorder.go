@@ -9,6 +9,7 @@ package recorder
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,24 +75,24 @@ type Recorder struct {
 	waiters   []waiter
 	// written are the kinds this process wrote (or found written) per pod
 	// UID, so an unchanged pod costs no write.
-	written map[string]*seen
+	written map[string]kindSet
 }
 
-// seen is what is known to be recorded, or queued, of one session. A GPU
-// pod's booking is known once it is admitted, which is before it is
-// scheduled: the scheduled record carries it into the session's identity.
-type seen struct {
-	kinds map[history.EventKind]bool
-}
+// kindSet is a set of history.EventKinds, one bit each (their index in
+// history.EventKinds): a byte per session rather than a map, for 10,000
+// pods at once.
+type kindSet uint8
 
-func (r *Recorder) seenLocked(uid string) *seen {
-	s := r.written[uid]
-	if s == nil {
-		s = &seen{kinds: map[history.EventKind]bool{}}
-		r.written[uid] = s
+// kindBit is k's bit; 0 for a kind not in history.EventKinds, which is
+// then never taken for written.
+func kindBit(k history.EventKind) kindSet {
+	if i := slices.Index(history.EventKinds, k); i >= 0 && i < 8 {
+		return 1 << i
 	}
-	return s
+	return 0
 }
+
+func (s kindSet) has(k history.EventKind) bool { b := kindBit(k); return b != 0 && s&b != 0 }
 
 // New returns a Recorder; call Run to write.
 func New(opts Options) (*Recorder, error) {
@@ -111,7 +112,7 @@ func New(opts Options) (*Recorder, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	return &Recorder{opts: opts, log: opts.Logger, clock: opts.Clock,
-		wake: make(chan struct{}, 1), rescan: make(chan struct{}, 1), written: map[string]*seen{}}, nil
+		wake: make(chan struct{}, 1), rescan: make(chan struct{}, 1), written: map[string]kindSet{}}, nil
 }
 
 // SetLeading switches the observer on or off; taking the lead rescans every
@@ -247,7 +248,7 @@ func (r *Recorder) unwritten(recs []history.Record) []history.Record {
 	defer r.mu.Unlock()
 	out := recs[:0]
 	for _, rec := range recs {
-		if s := r.written[rec.UID]; s != nil && s.kinds[rec.Kind] {
+		if r.written[rec.UID].has(rec.Kind) {
 			continue
 		}
 		out = append(out, rec)
@@ -258,7 +259,7 @@ func (r *Recorder) unwritten(recs []history.Record) []history.Record {
 // markLocked remembers records as written (or queued); r.mu is held.
 func (r *Recorder) markLocked(recs []history.Record) {
 	for _, rec := range recs {
-		r.seenLocked(rec.UID).kinds[rec.Kind] = true
+		r.written[rec.UID] |= kindBit(rec.Kind)
 	}
 }
 
@@ -342,16 +343,22 @@ type waiter struct {
 // into one transaction (group commit), so a thousand stops at once cost a
 // few transactions, not a thousand contending ones. After WriteTimeout it
 // returns anyway; the records stay queued and are retried.
+//
+// The callers drop records already written or queued (unwritten): one the
+// observer queued a moment ago may not be stored yet, so Write also waits
+// for everything queued before it, even with no records of its own. The
+// queue is written in order, so that is what the pod's records need.
 func (r *Recorder) Write(ctx context.Context, recs ...history.Record) {
-	if len(recs) == 0 {
-		return
-	}
 	w := waiter{ch: make(chan struct{})}
 	r.mu.Lock()
 	r.markLocked(recs)
 	r.pending = append(r.pending, recs...)
 	r.seq += uint64(len(recs))
 	w.upTo = r.seq
+	if w.upTo <= r.done {
+		r.mu.Unlock()
+		return
+	}
 	r.waiters = append(r.waiters, w)
 	r.mu.Unlock()
 	r.wakeWriter()
@@ -361,8 +368,12 @@ func (r *Recorder) Write(ctx context.Context, recs ...history.Record) {
 	case <-w.ch:
 	case <-ctx.Done():
 	case <-t.C:
-		r.log.Warn("session history: the store did not answer in time; the records stay queued", zap.Duration("waited", r.opts.WriteTimeout),
-			zap.String("user", recs[0].User), zap.String("server", recs[0].Server), zap.String("pod", recs[0].Pod), zap.String("namespace", recs[0].Namespace))
+		fields := []zap.Field{zap.Duration("waited", r.opts.WriteTimeout)}
+		if len(recs) > 0 {
+			fields = append(fields, zap.String("user", recs[0].User), zap.String("server", recs[0].Server),
+				zap.String("pod", recs[0].Pod), zap.String("namespace", recs[0].Namespace))
+		}
+		r.log.Warn("session history: the store did not answer in time; the records stay queued", fields...)
 	}
 }
 
@@ -438,6 +449,10 @@ func (r *Recorder) Run(ctx context.Context) error {
 			continue
 		case <-r.wake:
 		}
+		if r.gather(ctx); ctx.Err() != nil {
+			r.flush(context.Background())
+			return nil
+		}
 		for {
 			err := r.flushOnce(ctx)
 			if err == nil {
@@ -458,6 +473,35 @@ func (r *Recorder) Run(ctx context.Context) error {
 // maxBatch bounds one transaction.
 const maxBatch = 500
 
+// gatherWindow is how long the writer lets observed records gather before
+// it writes them, when no Write waits: in a spawn storm every pod update
+// queues records, and one transaction for many of them costs little more
+// than one for a few (SQLite compiles each statement per transaction).
+const gatherWindow = 100 * time.Millisecond
+
+// gather waits up to gatherWindow for more records, and not at all once a
+// Write waits or a full batch is queued.
+func (r *Recorder) gather(ctx context.Context) {
+	t := time.NewTimer(gatherWindow)
+	defer t.Stop()
+	for !r.urgent() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-r.wake:
+		}
+	}
+}
+
+// urgent reports whether a Write waits or a full batch is queued.
+func (r *Recorder) urgent() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.waiters) > 0 || len(r.pending) >= maxBatch
+}
+
 // flushOnce writes what is pending, a batch at a time; a failed batch goes
 // back to the front of the queue.
 func (r *Recorder) flushOnce(ctx context.Context) error {
@@ -466,6 +510,11 @@ func (r *Recorder) flushOnce(ctx context.Context) error {
 		n := min(len(r.pending), maxBatch)
 		batch := append([]history.Record(nil), r.pending[:n]...)
 		r.pending = r.pending[n:]
+		if len(r.pending) == 0 {
+			// A rescan queues a record per pod and kind; its array
+			// (350 B a record) need not outlive the queue.
+			r.pending = nil
+		}
 		r.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -514,10 +563,10 @@ func (r *Recorder) rescanPods(ctx context.Context) {
 	r.forget(live)
 	if done, err := r.opts.Store.Recorded(ctx, uids); err == nil {
 		r.mu.Lock()
-		for uid, kinds := range done {
-			s := r.seenLocked(uid)
-			for k := range kinds {
-				s.kinds[k] = true
+		// Keyed by the cached pods' own UID strings, not the store's copies.
+		for _, uid := range uids {
+			for k := range done[uid] {
+				r.written[uid] |= kindBit(k)
 			}
 		}
 		r.mu.Unlock()

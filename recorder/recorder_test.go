@@ -315,6 +315,54 @@ func TestWriteFailureIsRetried(t *testing.T) {
 	}
 }
 
+// gatedStore holds every write until open is closed.
+type gatedStore struct {
+	*memStore
+	open chan struct{}
+}
+
+func (s *gatedStore) Record(ctx context.Context, recs ...history.Record) error {
+	select {
+	case <-s.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.memStore.Record(ctx, recs...)
+}
+
+// The observer queues an evicted pod's end as soon as the cache shows it,
+// so the stop reaction's Stopped has nothing new to write; it must still
+// return only once that end is stored, as the pod is released after it.
+func TestStoppedWaitsForTheEndTheObserverQueued(t *testing.T) {
+	store := &gatedStore{memStore: newMemStore(), open: make(chan struct{})}
+	r := newRecorder(t, store)
+	r.SetLeading(true)
+	<-r.rescan // not a rescan: this test drives the handler
+	evicted := notebook(func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })
+	r.Handler().OnUpdate(nil, evicted)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	info, stopped := poll.StopOf(evicted)
+	if !stopped {
+		t.Fatal("an evicted pod does not read stopped")
+	}
+	returned := make(chan struct{})
+	go func() { defer close(returned); r.Stopped(context.Background(), evicted, info) }()
+	select {
+	case <-returned:
+		t.Fatal("Stopped returned before the store had the end the observer queued")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(store.open)
+	<-returned
+	if end, ok := store.get("uid-1", history.EventEnded); !ok || end.Stopper != history.StopperEvicted {
+		t.Errorf("ended %+v, %v; want stored, evicted", end, ok)
+	}
+}
+
 // Stops at the same time share transactions: a hundred of them cost far
 // fewer than a hundred writes.
 func TestConcurrentWritesAreGroupCommitted(t *testing.T) {

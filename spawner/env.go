@@ -3,7 +3,7 @@ package spawner
 import (
 	"fmt"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,8 +93,10 @@ type envEntry struct {
 // spawnerEnv), then the environment trait (already expanded), in
 // dependency-aware sorted order.
 func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string, derived map[string]*string) []corev1.EnvVar {
-	byKey := map[string]corev1.EnvVar{}
-	var keys []string
+	// Sized for the hub's variables and the dozen or so added below.
+	n := len(hubEnv) + len(derived) + len(environment) + 8
+	byKey := make(map[string]corev1.EnvVar, n)
+	keys := make([]string, 0, n)
 	set := func(k string, v corev1.EnvVar) {
 		if _, ok := byKey[k]; !ok {
 			keys = append(keys, k)
@@ -145,14 +147,18 @@ func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string, derived
 	}
 
 	// One entry per variable name; a later setting wins.
-	byName := map[string]int{}
-	var entries []envEntry
+	byName := make(map[string]int, len(keys))
+	entries := make([]envEntry, 0, len(keys))
 	for _, k := range keys {
 		ev := byKey[k]
-		e := envEntry{key: k, env: ev, deps: map[string]bool{}}
-		if ev.Value != "" {
+		e := envEntry{key: k, env: ev}
+		// Few values reference others: skip the regexp for the rest.
+		if strings.Contains(ev.Value, "$(") {
 			for _, m := range envRef.FindAllStringSubmatch(ev.Value, -1) {
 				if m[1] != ev.Name {
+					if e.deps == nil {
+						e.deps = map[string]bool{}
+					}
 					e.deps[m[1]] = true
 				}
 			}
@@ -173,14 +179,14 @@ func buildEnv(s *Settings, environment EnvMap, hubEnv map[string]string, derived
 // (a cycle or a reference to an unknown name), append the rest sorted by
 // key. This is KubeSpawner's make_pod algorithm.
 func sortEnv(entries []envEntry) []corev1.EnvVar {
-	placed := map[string]bool{}
+	placed := make(map[string]bool, len(entries))
 	out := make([]corev1.EnvVar, 0, len(entries))
 	remaining := entries
 	byKey := func(es []envEntry) {
-		sort.SliceStable(es, func(i, j int) bool { return es[i].key < es[j].key })
+		slices.SortStableFunc(es, func(a, b envEntry) int { return strings.Compare(a.key, b.key) })
 	}
 	for len(remaining) > 0 {
-		var ready, rest []envEntry
+		ready, rest := make([]envEntry, 0, len(remaining)), []envEntry(nil)
 		for _, e := range remaining {
 			ok := true
 			for d := range e.deps {

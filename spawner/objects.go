@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -203,6 +204,27 @@ func (b *builder) expand() error {
 // expandInto expands every string in *ptr (via its JSON form, so nested
 // Kubernetes objects are covered) and stores the result back.
 func expandInto(n *Names, ptr any) error {
+	// Most templated traits are unset, and the set ones are mostly flat
+	// string maps: both are done without the JSON round trip, which costs
+	// most of a Build.
+	switch v := reflect.ValueOf(ptr).Elem(); {
+	case v.IsZero():
+		return nil // null and "" expand to themselves
+	case v.Kind() == reflect.Slice && v.Len() == 0:
+		v.Set(reflect.MakeSlice(v.Type(), 0, 0)) // a new [], as decoding gives
+		return nil
+	case v.Kind() == reflect.Map && v.Len() == 0:
+		v.Set(reflect.MakeMap(v.Type())) // a new {}
+		return nil
+	}
+	if done, err := expandFlat(n, ptr); done || err != nil {
+		return err
+	}
+	return expandJSON(n, ptr)
+}
+
+// expandJSON is expandInto for any type: through its JSON form.
+func expandJSON(n *Names, ptr any) error {
 	raw, err := json.Marshal(ptr)
 	if err != nil {
 		return err
@@ -222,6 +244,74 @@ func expandInto(n *Names, ptr any) error {
 	rv := reflect.ValueOf(ptr).Elem()
 	rv.SetZero()
 	return json.Unmarshal(out, ptr)
+}
+
+// expandFlat expands a string, string pointer, string map, plain
+// environment (no valueFrom) or empty selector in place, as
+// expandInto's JSON round trip would; false leaves it to that round trip:
+// other types, and strings that are not valid UTF-8, which JSON encoding
+// would change.
+func expandFlat(n *Names, ptr any) (bool, error) {
+	x := func(s string) (string, bool, error) {
+		if !utf8.ValidString(s) {
+			return "", false, nil
+		}
+		out, err := n.Expand(s)
+		return out, err == nil && utf8.ValidString(out), err
+	}
+	switch p := ptr.(type) {
+	case *string:
+		out, ok, err := x(*p)
+		if ok {
+			*p = out
+		}
+		return ok, err
+	case **string:
+		out, ok, err := x(**p)
+		if ok {
+			*p = &out
+		}
+		return ok, err
+	case *EnvMap:
+		m := make(EnvMap, len(*p))
+		for k, v := range *p {
+			if v.ValueFrom != nil || !utf8.ValidString(k) {
+				return false, nil
+			}
+			name, ok, err := x(v.Name)
+			if !ok {
+				return false, err
+			}
+			value, ok, err := x(v.Value)
+			if !ok {
+				return false, err
+			}
+			m[k] = corev1.EnvVar{Name: name, Value: value}
+		}
+		*p = m
+		return true, nil
+	case **metav1.LabelSelector:
+		if !reflect.ValueOf(**p).IsZero() {
+			return false, nil
+		}
+		*p = &metav1.LabelSelector{} // {} decodes to a new empty selector
+		return true, nil
+	case *map[string]string:
+		m := make(map[string]string, len(*p))
+		for k, v := range *p {
+			if !utf8.ValidString(k) {
+				return false, nil
+			}
+			out, ok, err := x(v)
+			if !ok {
+				return false, err
+			}
+			m[k] = out
+		}
+		*p = m
+		return true, nil
+	}
+	return false, nil
 }
 
 func (b *builder) commonLabels(extra map[string]string) map[string]string {
@@ -519,9 +609,9 @@ func (b *builder) overlay(dst any, patch map[string]any) {
 	}
 }
 
-// toMap returns v's JSON object form; nil for a nil pointer.
+// toMap returns v's JSON object form; nil for a nil pointer or map.
 func toMap(v any) map[string]any {
-	if rv := reflect.ValueOf(v); !rv.IsValid() || (rv.Kind() == reflect.Pointer && rv.IsNil()) {
+	if rv := reflect.ValueOf(v); !rv.IsValid() || (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Map) && rv.IsNil() {
 		return nil
 	}
 	raw, err := json.Marshal(v)

@@ -3,6 +3,9 @@ package spawner
 import (
 	"reflect"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestNamesExpand(t *testing.T) {
@@ -80,5 +83,66 @@ func TestRecursiveFormat(t *testing.T) {
 	}
 	if _, err := recursiveFormat("{value", "V"); err == nil {
 		t.Error("unclosed field: want an error")
+	}
+}
+
+// expandInto's direct paths give exactly what the JSON round trip gives,
+// fresh values included (never the settings' own maps and slices).
+func TestExpandIntoMatchesJSON(t *testing.T) {
+	s := mustParse(t, "kubespawner: {}\n").KubeSpawner
+	tests := map[string]func() any{
+		"nil map":             func() any { return new(map[string]string) },
+		"empty map":           func() any { m := map[string]string{}; return &m },
+		"templated map":       func() any { m := map[string]string{"a": "{username}-x", "b": "{{literal}}", "c": ""}; return &m },
+		"invalid utf-8 value": func() any { m := map[string]string{"a": "\xff{username}"}; return &m },
+		"invalid utf-8 key":   func() any { m := map[string]string{"\xfe": "{username}"}; return &m },
+		"bad template":        func() any { m := map[string]string{"a": "{nope}"}; return &m },
+		"empty slice":         func() any { v := []corev1.Volume{}; return &v },
+		"volumes": func() any {
+			v := []corev1.Volume{{Name: "home", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/home/{username}"}}}}
+			return &v
+		},
+		"env": func() any {
+			e := EnvMap{"A": {Name: "A", Value: "{username}"}, "B": {Name: "B"}, "C": {Name: "{servername}C", Value: "$(A)"}}
+			return &e
+		},
+		"env with valueFrom": func() any {
+			e := EnvMap{"A": {Name: "A", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "{username}"}}}}
+			return &e
+		},
+		"empty patch":      func() any { p := PodSpecPatch{}; return &p },
+		"empty selector":   func() any { sel := &metav1.LabelSelector{}; return &sel },
+		"selector":         func() any { sel := &metav1.LabelSelector{MatchLabels: map[string]string{"u": "{username}"}}; return &sel },
+		"nil string ptr":   func() any { return new(*string) },
+		"string ptr":       func() any { v := "sa-{username}"; p := &v; return &p },
+		"empty string":     func() any { return new(string) },
+		"string":           func() any { v := "/home/{username}"; return &v },
+		"utf-8 user value": func() any { v := "{unescaped_username}"; return &v },
+	}
+	for _, user := range []string{"alice", "bob@ucsd.edu", "\xffbad"} {
+		n, err := NewNames(&s, user, "lab", 7, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, value := range tests {
+			t.Run(name+"/"+user, func(t *testing.T) {
+				got, want := value(), value()
+				orig := reflect.ValueOf(got).Elem().Interface()
+				gotErr, wantErr := expandInto(n, got), expandJSON(n, want)
+				if (gotErr == nil) != (wantErr == nil) {
+					t.Fatalf("expandInto error %v, round trip %v", gotErr, wantErr)
+				}
+				if gotErr != nil {
+					return
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("expandInto = %#v, round trip %#v", reflect.ValueOf(got).Elem().Interface(), reflect.ValueOf(want).Elem().Interface())
+				}
+				if v := reflect.ValueOf(got).Elem(); (v.Kind() == reflect.Map || v.Kind() == reflect.Slice) && v.Len() > 0 &&
+					v.Pointer() == reflect.ValueOf(orig).Pointer() {
+					t.Error("expandInto kept the original map or slice; want a new one")
+				}
+			})
+		}
 	}
 }

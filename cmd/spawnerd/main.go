@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -125,6 +126,7 @@ func serve(args []string) error {
 	baseURL := fs.String("hub-base-url", "/", "the hub's base_url, for proxy route paths")
 	stopWait := fs.Duration("stop-wait", 10*time.Second, "how long DELETE waits for the pod to go before answering 202")
 	debug := fs.Bool("debug", false, "debug logging")
+	debugListen := fs.String("debug-listen", "", "address of a separate listener serving Go's profiler (net/http/pprof) under /debug/pprof/, e.g. 127.0.0.1:6060; off when empty. It has no authentication: bind it to loopback")
 	var limits serverLimits
 	limits.register(fs)
 	var rf reservationFlags
@@ -156,6 +158,9 @@ func serve(args []string) error {
 	zcfg := zap.NewProductionConfig()
 	if *debug {
 		zcfg.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
+		// Every line, when following items one by one: sampling keeps
+		// only 1 in 100 repeats of a message after the first 100 a second.
+		zcfg.Sampling = nil
 	}
 	log, err := zcfg.Build()
 	if err != nil {
@@ -328,8 +333,17 @@ func serve(args []string) error {
 	}
 	srv := limits.newServer(handler)
 	srv.Addr = *listen
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ListenAndServe() }()
+	if *debugListen != "" {
+		dbg := debugServer(*debugListen)
+		defer dbg.Close()
+		go func() {
+			if err := dbg.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("debug listener: %w", err)
+			}
+		}()
+	}
 	log.Info("serving", zap.String("listen", *listen), zap.Strings("namespaces", watchNS), zap.Bool("hub_notify", *hubAPI != ""),
 		zap.String("identity", rf.identity), zap.String("stop_lease", sf.leaseName))
 	select {
@@ -400,6 +414,19 @@ func (l serverLimits) check(stopWait time.Duration) error {
 func (l serverLimits) newServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read, WriteTimeout: l.write,
 		IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
+}
+
+// debugServer serves the profiler on its own mux and listener, so that it is
+// never reachable through the API's address. No write timeout: a CPU
+// profile or trace answers after the seconds it is asked for.
+func debugServer(addr string) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
 
 func newNotifier(hubAPI, hubTokenFile, proxyAPI, proxyTokenFile, baseURL string, workers int, log *zap.Logger) (*hubclient.Notifier, error) {

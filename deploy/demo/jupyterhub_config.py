@@ -22,6 +22,11 @@ Everything is read from the environment, with defaults for a single-machine demo
   HUB_START_TIMEOUT=120    Spawner.start_timeout, seconds
   HUB_HTTP_TIMEOUT=30      Spawner.http_timeout, seconds
   HUB_POLL_INTERVAL=30     Spawner.poll_interval, seconds
+  HUB_CONCURRENT_SPAWN_LIMIT=100  JupyterHub.concurrent_spawn_limit: spawns pending at once before the hub
+                           answers 429 (0: no limit)
+  HUB_ACTIVE_SERVER_LIMIT=0       JupyterHub.active_server_limit: servers active at once (0: no limit)
+  HUB_SPAWNER_CLASS=dsmlp_spawner.RemoteKubeSpawner  JupyterHub.spawner_class; benchmarks put a
+                           null spawner in the same hub to measure the hub's own floor
   HUB_CLEANUP_SERVERS=1    0: servers keep running across a hub restart (and are resumed)
   HUB_DATA_DIR=.           where the hub keeps its sqlite database, cookie secret and pid files
   HUB_LOG_LEVEL=INFO
@@ -86,7 +91,9 @@ if admin:
 c.JupyterHub.allow_named_servers = True
 
 # --- spawning through spawnerd --------------------------------------------
-c.JupyterHub.spawner_class = "dsmlp_spawner.RemoteKubeSpawner"
+c.JupyterHub.spawner_class = env("HUB_SPAWNER_CLASS", "dsmlp_spawner.RemoteKubeSpawner")
+c.JupyterHub.concurrent_spawn_limit = env_int("HUB_CONCURRENT_SPAWN_LIMIT", 100)
+c.JupyterHub.active_server_limit = env_int("HUB_ACTIVE_SERVER_LIMIT", 0)
 c.RemoteKubeSpawner.service_url = env("SPAWNERD_URL", "http://127.0.0.1:8090")
 if os.environ.get("SPAWNERD_SHARED_SECRET_FILE"):
     c.RemoteKubeSpawner.shared_secret_file = os.environ["SPAWNERD_SHARED_SECRET_FILE"]

@@ -90,6 +90,18 @@ func (h *Hub) Restart(t testing.TB) {
 	h.start(t)
 }
 
+// RestartWith is Restart with env added to the hub's environment (a later
+// value wins), e.g. another poll interval: the hub reads its configuration
+// only when it starts.
+func (h *Hub) RestartWith(t testing.TB, env ...string) {
+	h.Stop()
+	h.env = append(h.env, env...)
+	h.start(t)
+}
+
+// PID is the process's id, for reading its CPU time from /proc.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
 func (h *Hub) login(user string) (string, error) {
 	body := fmt.Sprintf(`{"auth": {"username": %q, "password": "e2e-password"}, "note": "e2e"}`, user)
 	resp, err := http.Post(h.APIURL+"/users/"+url.PathEscape(user)+"/tokens", "application/json", bytes.NewBufferString(body))

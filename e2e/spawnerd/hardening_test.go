@@ -131,11 +131,12 @@ func TestSlowBodyIsCut(t *testing.T) {
 	})
 }
 
-// A token is accepted once, and an over-long one not at all.
+// A token may be used again only for reads (the hub class reuses one per
+// user for its polls), never for a write; an over-long one is refused.
 func TestTokenReplayAndSize(t *testing.T) {
 	f := setup(t, 60)
-	get := func(token string) (int, hubapi.ErrorBody) {
-		req, _ := http.NewRequest(http.MethodGet, f.api.URL+harness.ServerPath("alice", ""), nil)
+	call := func(method, token string) (int, hubapi.ErrorBody) {
+		req, _ := http.NewRequest(method, f.api.URL+harness.ServerPath("alice", ""), nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -146,12 +147,31 @@ func TestTokenReplayAndSize(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		return resp.StatusCode, body
 	}
+	get := func(token string) (int, hubapi.ErrorBody) { return call(http.MethodGet, token) }
+	replayed := func(code int, body hubapi.ErrorBody) bool {
+		return code == http.StatusUnauthorized && strings.Contains(body.Error, "replayed")
+	}
+
 	tok := harness.Token(t, f.api.Secret, "alice", false)
 	if code, body := get(tok); code != http.StatusOK {
 		t.Fatalf("first use: %d %+v", code, body)
 	}
-	if code, body := get(tok); code != http.StatusUnauthorized || !strings.Contains(body.Error, "replayed") {
-		t.Errorf("replayed token: %d %+v, want 401 saying replayed", code, body)
+	if code, body := get(tok); code != http.StatusOK {
+		t.Errorf("a read token read again: %d %+v, want 200", code, body)
+	}
+	if code, body := call(http.MethodDelete, tok); !replayed(code, body) {
+		t.Errorf("a read token used for a stop: %d %+v, want 401 saying replayed", code, body)
+	}
+
+	w := harness.Token(t, f.api.Secret, "alice", false)
+	if code, body := call(http.MethodDelete, w); code == http.StatusUnauthorized {
+		t.Fatalf("first use of a token for a stop: %d %+v", code, body)
+	}
+	if code, body := call(http.MethodDelete, w); !replayed(code, body) {
+		t.Errorf("a stop token used for a second stop: %d %+v, want 401 saying replayed", code, body)
+	}
+	if code, body := get(w); !replayed(code, body) {
+		t.Errorf("a stop token used for a read: %d %+v, want 401 saying replayed", code, body)
 	}
 
 	padded := func(n int) string {

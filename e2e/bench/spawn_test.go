@@ -1,0 +1,421 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/dsmlp/spawner/apiclient"
+	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/lifecycle"
+	"github.com/dsmlp/spawner/serverid"
+	"github.com/dsmlp/spawner/spawner"
+)
+
+// spawnerdQPS and spawnerdBurst are spawnerd's default client-go limits
+// (--kube-qps, --kube-burst). The storm passes them to spawnerd and gives
+// the bare loop the same, so that the comparison is of the work done, not
+// of the limits.
+const spawnerdQPS, spawnerdBurst = 500, 1000
+
+func (r stormResult) end() time.Time {
+	if r.reported != nil {
+		return latest(r.reported)
+	}
+	return latest(r.running)
+}
+
+func (r stormResult) total() time.Duration { return r.end().Sub(r.start) }
+
+func (r stormResult) rate() float64 { return float64(len(r.sent)) / r.total().Seconds() }
+
+// perServer is, per server, from its request sent to it reported running
+// (spawnerd) or seen Running and ready (bare loop).
+func (r stormResult) perServer() []time.Duration {
+	if r.reported != nil {
+		return since(r.sent, r.reported)
+	}
+	return since(r.sent, r.running)
+}
+
+// spawnAsHub starts every user's server through spawnerd as the hub-side
+// class does: a POST from one of stormClients clients, then the server's
+// progress stream, followed until its ready event. It returns once every
+// server is ready; reported holds when each ready event came.
+func (f *fleet) spawnAsHub(ctx context.Context, users []string) (stormResult, error) {
+	pods, err := buildPods(f.ns, users)
+	if err != nil {
+		return stormResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, spawnTimeout)
+	defer cancel()
+	n := len(users)
+	r := stormResult{start: time.Now(), sent: make([]time.Time, n), reported: make([]time.Time, n)}
+	var (
+		followers sync.WaitGroup
+		errs      = make([]error, n)
+	)
+	// The followers outlive parallel's context, which ends when the last
+	// POST is answered.
+	follow := ctx
+	err = parallel(ctx, n, stormClients, func(ctx context.Context, i int) error {
+		r.sent[i] = time.Now()
+		if err := f.c.start(ctx, users[i]); err != nil {
+			return err
+		}
+		followers.Go(func() {
+			if r.reported[i], errs[i] = f.c.awaitReady(follow, users[i]); errs[i] != nil {
+				cancel()
+			}
+		})
+		return nil
+	})
+	r.answered = time.Now()
+	followers.Wait()
+	if err != nil {
+		return r, err
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return r, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return r, fmt.Errorf("waiting for the servers to be ready: %w", err)
+	}
+	r.running = f.clock.times(running, names(pods))
+	return r, nil
+}
+
+// awaitReady follows a server's progress stream and returns when its
+// ready event came.
+func (c *apiClient) awaitReady(ctx context.Context, user string) (time.Time, error) {
+	var ready time.Time
+	err := c.api.As(apiclient.User{Name: user}).FollowProgress(ctx, user, "", func(e lifecycle.Event) error {
+		switch {
+		case e.Failed:
+			return fmt.Errorf("spawn of %s failed: %s", user, e.Message)
+		case e.Ready && e.URL == "":
+			return fmt.Errorf("spawn of %s ready without a URL: %+v", user, e)
+		case e.Ready:
+			ready = time.Now()
+		}
+		return nil
+	})
+	if err == nil && ready.IsZero() {
+		err = fmt.Errorf("the progress stream of %s ended without a ready event", user)
+	}
+	return ready, err
+}
+
+// checkRunning polls every server once: each must read running.
+func checkRunning(ctx context.Context, c *apiClient, users []string) error {
+	return parallel(ctx, len(users), statusPollers, func(ctx context.Context, i int) error {
+		m, err := c.server(ctx, users[i])
+		if err != nil {
+			return err
+		}
+		if m.Status != "running" || m.URL == nil {
+			return fmt.Errorf("server of %s after its ready event: %+v, want running with a URL", users[i], m)
+		}
+		return nil
+	})
+}
+
+// stormRun is one storm and the CPU time spawnerd took during it.
+type stormRun struct {
+	stormResult
+	cpu time.Duration // spawnerd's; 0 for the bare loop
+}
+
+// BenchmarkSpawnStorm starts 1,000 servers at once through spawnerd's API
+// from 64 clients, and creates the same 1,000 pods from a bare client-go
+// loop with the same clients and client limits, side by side in one run; it
+// also counts spawnerd's Kubernetes API requests per spawn and its CPU time.
+// spawnerd runs as installed: its session history (SQLite, a file) records
+// every pod's requested, created, scheduled and ready.
+func BenchmarkSpawnStorm(b *testing.B) {
+	var (
+		via, bare            []stormRun
+		req                  = map[string]float64{}
+		spawnSum, spawnCount float64
+	)
+	b.StopTimer()
+	// Each storm runs on a settled cluster with no other notebook pods.
+	// Odd iterations run the bare loop first, so that an order effect shows:
+	// -benchtime 2x runs the function once, then twice, and the last of
+	// those three iterations goes bare loop first. Both storms of an
+	// iteration spawn the same users, each in a namespace of its own, so
+	// that their pods can be compared.
+	var spawned, created *corev1.Pod // the first user's pod from each storm
+	throughSpawnerd := func(i int, us []string) {
+		f := newFleet(b, harness.SpawnerdOptions{Args: []string{
+			"--kube-qps", strconv.Itoa(spawnerdQPS), "--kube-burst", strconv.Itoa(spawnerdBurst)}})
+		show(f.cpu.settle(b.Context(), settleWait))
+		before, err := scrape(b.Context(), f.api.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu0 := f.cpu.sample()
+		b.StartTimer()
+		r, err := f.spawnAsHub(b.Context(), us)
+		b.StopTimer()
+		cpu1 := f.cpu.sample()
+		if err != nil {
+			b.Fatalf("storm through spawnerd: %v", err)
+		}
+		if err := checkRunning(b.Context(), f.c, us); err != nil {
+			b.Error(err)
+		}
+		after, err := scrape(b.Context(), f.api.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		via = append(via, stormRun{r, cpu1.procs["spawnerd"] - cpu0.procs["spawnerd"]})
+		for m, v := range apiRequests(before, after) {
+			req[m] += v
+		}
+		spawnSum += delta(before, after, "spawner_spawn_duration_seconds_sum")
+		spawnCount += delta(before, after, "spawner_spawn_duration_seconds_count")
+		if n := delta(before, after, `spawner_spawns_total{result="ready"}`); n != stormServers {
+			b.Errorf("spawner_spawns_total{result=ready} rose by %v, want %d", n, stormServers)
+		}
+		show(f.cpu.report(fmt.Sprintf("CPU during the storm through spawnerd (iteration %d)", i+1), cpu0, cpu1))
+		if spawned, err = firstPod(b.Context(), f.ns, us); err != nil {
+			b.Fatal(err)
+		}
+		f.api.Stop()
+		if err := removePods(b.Context(), env.Client, f.ns); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bareLoop := func(i int, us []string) {
+		ns := env.Namespace(b)
+		cpu := newCPUMeter(env.BinDir)
+		show(cpu.settle(b.Context(), settleWait))
+		cpu0 := cpu.sample()
+		r, err := bareStorm(b.Context(), ns, us)
+		cpu1 := cpu.sample()
+		if err != nil {
+			b.Fatalf("bare client-go storm: %v", err)
+		}
+		bare = append(bare, stormRun{stormResult: r})
+		show(cpu.report(fmt.Sprintf("CPU during the bare client-go storm (iteration %d)", i+1), cpu0, cpu1))
+		if created, err = firstPod(b.Context(), ns, us); err != nil {
+			b.Fatal(err)
+		}
+		if err := removePods(b.Context(), env.Client, ns); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range b.N {
+		us := users(fmt.Sprintf("storm%d-", i), stormServers)
+		if i%2 == 0 {
+			throughSpawnerd(i, us)
+			bareLoop(i, us)
+		} else {
+			bareLoop(i, us)
+			throughSpawnerd(i, us)
+		}
+		if d := cmp.Diff(normalized(spawned), normalized(created)); d != "" {
+			b.Errorf("the bare loop's pod differs from spawnerd's (-spawnerd +bare):\n%s", d)
+		}
+	}
+
+	viaRate, bareRate := meanRate(via), meanRate(bare)
+	spawns := float64(b.N * stormServers)
+	rows := [][]string{{"run", "servers", "requests answered", "all pods Running (watch)", "all ready (progress)",
+		"spawns/s", "per server p50", "p99", "to Running p50", "Running to ready p50", "spawnerd CPU"}}
+	for _, set := range []struct {
+		name string
+		rs   []stormRun
+	}{{"spawnerd HTTP API", via}, {"bare client-go loop", bare}} {
+		for i, r := range set.rs {
+			per := r.perServer()
+			reported, lag, cpu := "-", "-", "-"
+			if r.reported != nil {
+				reported = secs(r.end().Sub(r.start))
+				lag = secs(percentile(since(r.running, r.reported), 0.5))
+				cpu = secs(r.cpu)
+			}
+			rows = append(rows, []string{fmt.Sprintf("%s (%d)", set.name, i+1), strconv.Itoa(len(r.sent)), secs(r.answered.Sub(r.start)),
+				secs(latest(r.running).Sub(r.start)), reported, fmt.Sprintf("%.1f", r.rate()),
+				secs(percentile(per, 0.5)), secs(percentile(per, 0.99)),
+				secs(percentile(since(r.sent, r.running), 0.5)), lag, cpu})
+		}
+	}
+	show(table(fmt.Sprintf("Spawn storm: %d servers from %d clients, QPS %d/burst %d for both; ratio %.2f× the bare loop's rate (target ≥ 0.95×)",
+		stormServers, stormClients, spawnerdQPS, spawnerdBurst, viaRate/bareRate), rows))
+
+	rows = [][]string{{"method", "requests", "per spawn"}}
+	for _, m := range slices.Sorted(maps.Keys(req)) {
+		rows = append(rows, []string{m, fmt.Sprint(req[m]), fmt.Sprintf("%.3f", req[m]/spawns)})
+	}
+	rows = append(rows,
+		[]string{"writes (POST+PUT+PATCH+DELETE)", fmt.Sprint(harness.Writes(req)), fmt.Sprintf("%.3f (target ≤ 1)", harness.Writes(req)/spawns)},
+		[]string{"reads", fmt.Sprint(harness.Reads(req)), fmt.Sprintf("%.3f", harness.Reads(req)/spawns)},
+		[]string{"spawner_spawn_duration_seconds mean", "", secs(time.Duration(spawnSum / max(spawnCount, 1) * float64(time.Second)))})
+	show(table("spawnerd's Kubernetes API requests during the storm (spawner_kube_api_requests_total)", rows))
+
+	viaPer, barePer := pooled(via), pooled(bare)
+	b.ReportMetric(viaRate, "spawns/s")
+	b.ReportMetric(bareRate, "bare-spawns/s")
+	b.ReportMetric(viaRate/bareRate, "x-bare-rate")
+	b.ReportMetric(harness.Writes(req)/spawns, "writes/spawn")
+	b.ReportMetric(harness.Reads(req)/spawns, "reads/spawn")
+	b.ReportMetric(percentile(viaPer, 0.5).Seconds(), "p50-s")
+	b.ReportMetric(percentile(viaPer, 0.99).Seconds(), "p99-s")
+	b.ReportMetric(percentile(barePer, 0.5).Seconds(), "bare-p50-s")
+	b.ReportMetric(percentile(barePer, 0.99).Seconds(), "bare-p99-s")
+	var cpu time.Duration
+	for _, r := range via {
+		cpu += r.cpu
+	}
+	b.ReportMetric(cpu.Seconds()/float64(len(via)), "spawnerd-cpu-s")
+	b.ReportMetric(via[len(via)-1].total().Seconds(), "s-total")
+}
+
+func meanRate(rs []stormRun) float64 {
+	var n int
+	var d time.Duration
+	for _, r := range rs {
+		n += len(r.sent)
+		d += r.total()
+	}
+	return float64(n) / d.Seconds()
+}
+
+// pooled pools the per-server times of every run.
+func pooled(rs []stormRun) []time.Duration {
+	var out []time.Duration
+	for _, r := range rs {
+		out = append(out, r.perServer()...)
+	}
+	return out
+}
+
+// bareStorm creates the pods spawnerd would, in the namespace ns, from a
+// plain client-go loop with spawnerd's concurrency and client limits, and
+// returns once all are Running.
+func bareStorm(ctx context.Context, ns string, users []string) (stormResult, error) {
+	pods, err := plainSpawnPods(ns, users, time.Now())
+	if err != nil {
+		return stormResult{}, err
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst, cfg.UserAgent = spawnerdQPS, spawnerdBurst, "bench-bare-loop"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return stormResult{}, err
+	}
+	clock, err := watchPods(ctx, env.Client, ns)
+	if err != nil {
+		return stormResult{}, err
+	}
+	r := stormResult{start: time.Now()}
+	r.sent, err = createPods(ctx, client, pods, stormClients)
+	r.answered = time.Now()
+	if err != nil {
+		return r, err
+	}
+	if err := clock.awaitAll(ctx, running, names(pods), "Running", spawnTimeout); err != nil {
+		return r, err
+	}
+	r.running = clock.times(running, names(pods))
+	return r, nil
+}
+
+// plainSpawnPods returns the pods a plain spawn (the default profile, no
+// options, asked for by the hub at at) through spawnerd creates: Build's
+// pod with what lifecycle's markIdentity writes on it.
+func plainSpawnPods(ns string, users []string, at time.Time) ([]*corev1.Pod, error) {
+	cfg, err := spawner.Parse(fmt.Appendf(nil, configTemplate, ns))
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]*corev1.Pod, len(users))
+	for i, u := range users {
+		objs, s, err := spawner.Build(cfg, spawner.Request{User: u, Env: hubEnv(u)})
+		if err != nil {
+			return nil, fmt.Errorf("building the objects of %s: %w", u, err)
+		}
+		p := objs.Pod
+		p.Annotations[serverid.AnnotationRequestedBy] = serverid.RequestedBy("hub", "", at)
+		if slug := cfg.ProfileSlug(nil); slug != "" {
+			p.Annotations[serverid.AnnotationProfile] = slug
+		}
+		p.Annotations[serverid.AnnotationStartDeadline] = at.Add(time.Duration(s.StartTimeout) * time.Second).UTC().Format(time.RFC3339)
+		p.Finalizers = append(p.Finalizers, serverid.FinalizerStopReport)
+		pods[i] = p
+	}
+	return pods, nil
+}
+
+// firstPod reads the first user's pod in ns from the API server.
+func firstPod(ctx context.Context, ns string, users []string) (*corev1.Pod, error) {
+	pods, err := plainSpawnPods(ns, users[:1], time.Now())
+	if err != nil {
+		return nil, err
+	}
+	p, err := env.Client.CoreV1().Pods(ns).Get(ctx, pods[0].Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading pod %s/%s: %w", ns, pods[0].Name, err)
+	}
+	return p, nil
+}
+
+// normalized is a created pod without what differs between two creates of
+// the same object: the namespace, what the API server and the scheduler
+// set, and the times in the annotations.
+func normalized(p *corev1.Pod) *corev1.Pod {
+	if p == nil {
+		return nil
+	}
+	p = p.DeepCopy()
+	p.Namespace, p.UID, p.ResourceVersion, p.Generation = "", "", "", 0
+	p.CreationTimestamp, p.ManagedFields = metav1.Time{}, nil
+	p.Spec.NodeName, p.Status = "", corev1.PodStatus{}
+	for _, k := range []string{serverid.AnnotationRequestedBy, serverid.AnnotationStartDeadline} {
+		if _, ok := p.Annotations[k]; ok {
+			p.Annotations[k] = "(a time)"
+		}
+	}
+	return p
+}
+
+// removePods removes every pod of ns, dropping the stop-report finalizer
+// first: nothing reacts to the stops of a storm's pods.
+func removePods(ctx context.Context, client kubernetes.Interface, ns string) error {
+	list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing the pods of %s: %w", ns, err)
+	}
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	err = parallel(ctx, len(list.Items), stormClients, func(ctx context.Context, i int) error {
+		p := &list.Items[i]
+		if len(p.Finalizers) == 0 {
+			return nil
+		}
+		if _, err := client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("dropping the finalizers of %s/%s: %w", ns, p.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return deletePods(ctx, client, ns)
+}
