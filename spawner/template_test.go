@@ -110,9 +110,12 @@ func TestExpandIntoMatchesJSON(t *testing.T) {
 			e := EnvMap{"A": {Name: "A", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "{username}"}}}}
 			return &e
 		},
-		"empty patch":      func() any { p := PodSpecPatch{}; return &p },
-		"empty selector":   func() any { sel := &metav1.LabelSelector{}; return &sel },
-		"selector":         func() any { sel := &metav1.LabelSelector{MatchLabels: map[string]string{"u": "{username}"}}; return &sel },
+		"empty patch":    func() any { p := PodSpecPatch{}; return &p },
+		"empty selector": func() any { sel := &metav1.LabelSelector{}; return &sel },
+		"selector": func() any {
+			sel := &metav1.LabelSelector{MatchLabels: map[string]string{"u": "{username}"}}
+			return &sel
+		},
 		"nil string ptr":   func() any { return new(*string) },
 		"string ptr":       func() any { v := "sa-{username}"; p := &v; return &p },
 		"empty string":     func() any { return new(string) },
