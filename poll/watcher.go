@@ -576,8 +576,13 @@ func (w *Watcher) podUpdated(oldObj, newObj any) {
 		return
 	}
 	key := cache.MetaObjectToName(newPod)
-	if newPod.Status.Phase == corev1.PodFailed && oldPod.Status.Phase != corev1.PodFailed { // TEMP-STOPBENCH
-		w.log.Debug("TEMP informer saw failed", zap.String("pod", newPod.Name), zap.Int("queue", w.queue.Len()))
+	// When the informer delivered a failure, to tell informer lag from
+	// queue lag (the stop benchmark reads it).
+	if newPod.Status.Phase == corev1.PodFailed && oldPod.Status.Phase != corev1.PodFailed {
+		if ce := w.log.Check(zap.DebugLevel, "pod failed: seen by the informer"); ce != nil {
+			ce.Write(zap.String("user", newPod.Annotations[serverid.AnnotationUser]), zap.String("server", newPod.Annotations[serverid.AnnotationServer]),
+				zap.String("pod", newPod.Name), zap.String("namespace", newPod.Namespace), zap.Int("queue", w.queue.Len()))
+		}
 	}
 	w.queue.Add(key)
 	w.signal(key)

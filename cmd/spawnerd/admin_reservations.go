@@ -180,23 +180,33 @@ func (a *adminCmd) printReservations(rs []reservation.Reservation) error {
 	}, rs)
 }
 
-// classes prints capacity, occupancy, queue and pause state per class.
-func (a *adminCmd) classes(ctx context.Context, args []string) error {
-	fs := a.flags("classes")
+// withHours runs a command of the form "NAME [--hours H]": it reads the
+// flag and fetches with it; done is true when -o json printed the answer.
+func withHours[T any](ctx context.Context, a *adminCmd, name string, args []string,
+	get func(*apiclient.Client, context.Context, float64) (T, error)) (v T, done bool, err error) {
+	fs := a.flags(name)
 	hours := fs.Float64("hours", 0, "")
 	if _, err := a.parse(fs, args, 0, 0, "[--hours H]"); err != nil {
-		return err
+		return v, false, err
 	}
 	c, err := a.client()
 	if err != nil {
-		return err
+		return v, false, err
 	}
-	l, err := c.GPUClasses(ctx, *hours)
-	if err != nil {
-		return err
+	if v, err = get(c, ctx, *hours); err != nil {
+		return v, false, err
 	}
 	if a.output == outputJSON {
-		return a.printJSON(l)
+		return v, true, a.printJSON(v)
+	}
+	return v, false, nil
+}
+
+// classes prints capacity, occupancy, queue and pause state per class.
+func (a *adminCmd) classes(ctx context.Context, args []string) error {
+	l, done, err := withHours(ctx, a, "classes", args, (*apiclient.Client).GPUClasses)
+	if done || err != nil {
+		return err
 	}
 	n := func(f func(reservation.ClassStatus) int) func(reservation.ClassStatus) string {
 		return func(s reservation.ClassStatus) string { return strconv.Itoa(f(s)) }
@@ -308,21 +318,9 @@ type riskRow struct {
 
 // risk prints the preemption outlook at each booking boundary ahead.
 func (a *adminCmd) risk(ctx context.Context, args []string) error {
-	fs := a.flags("risk")
-	hours := fs.Float64("hours", 0, "")
-	if _, err := a.parse(fs, args, 0, 0, "[--hours H]"); err != nil {
+	l, done, err := withHours(ctx, a, "risk", args, (*apiclient.Client).PreemptionRisk)
+	if done || err != nil {
 		return err
-	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	l, err := c.PreemptionRisk(ctx, *hours)
-	if err != nil {
-		return err
-	}
-	if a.output == outputJSON {
-		return a.printJSON(l)
 	}
 	var rows []riskRow
 	for _, cr := range l.Risk {

@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromium is Debian's browser, installed by hack/debian-deps.sh.
-const chromium = "/usr/bin/chromium"
+	"github.com/dsmlp/spawner/e2e/harness"
+)
 
 // loadedAtScript runs in every page the tab opens, before the page's own
 // scripts: it notes when the page's main container gets data-loaded (the
@@ -40,68 +38,31 @@ const loadedAtScript = `(function () {
     .observe(document, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-loaded'] });
 })();`
 
-// browser is one headless Chromium tab.
-type browser struct {
-	ctx    context.Context
-	cancel func()
-}
+// browser is one headless Chromium tab that notes each page's load time.
+type browser struct{ *harness.Browser }
 
-// startBrowser starts Chromium with a profile in dir and opens a tab that
-// notes each page's load time.
+// startBrowser starts Chromium with a profile in dir.
 func startBrowser(dir string) (*browser, error) {
-	if _, err := os.Stat(chromium); err != nil {
-		return nil, fmt.Errorf("%s is missing (make deps installs it): %w", chromium, err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(dir))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	bctx, cancelTab := chromedp.NewContext(actx)
-	br := &browser{ctx: bctx, cancel: func() { cancelTab(); cancelAlloc() }}
-	// The first call starts the browser and must carry no timeout of its own.
-	err := chromedp.Do(bctx, chromedp.Navigate("about:blank"), chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		return t.Call(ctx, "Page.addScriptToEvaluateOnNewDocument", map[string]string{"source": loadedAtScript}, nil)
-	}))
+	b, err := harness.StartBrowser(dir, loadedAtScript)
 	if err != nil {
-		br.cancel()
-		return nil, fmt.Errorf("starting %s: %w", chromium, err)
+		return nil, err
 	}
-	return br, nil
+	return &browser{b}, nil
 }
 
 // login logs in at url (a console page) through the hub's login form and
 // waits until the console's page has loaded its data.
 func (br *browser) login(url, user, password string) error {
-	ctx, cancel := context.WithTimeout(br.ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(br.Ctx, 2*time.Minute)
 	defer cancel()
-	err := chromedp.Do(ctx,
-		chromedp.Navigate(url),
-		chromedp.WaitVisible(chromedp.CSS("#username_input")),
-		chromedp.SendKeys(chromedp.CSS("#username_input"), user),
-		chromedp.SendKeys(chromedp.CSS("#password_input"), password),
-		chromedp.Click(chromedp.CSS("#login_submit")),
-	)
-	if err != nil {
-		return fmt.Errorf("the hub's login form: %w", err)
+	if err := br.LogInToHub(ctx, url, user, password); err != nil {
+		return err
 	}
-	// The redirects through the hub's OAuth end each evaluation that a
-	// page load interrupts, so ask anew until the console's page is there.
-	const cond = `location.pathname !== '/hub/login' && !!document.querySelector('#main[data-loaded]')`
-	var last error
-	for {
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
-		if err == nil && ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			loc, _ := chromedp.Run(br.ctx, chromedp.Location())
-			return fmt.Errorf("after the login the console never loaded (at %s): %w (last evaluation error: %v)", loc, ctx.Err(), last)
-		case <-time.After(50 * time.Millisecond):
-		}
+	// Through the hub's OAuth redirects, to the console's page.
+	if err := br.Wait(ctx, `location.pathname !== '/hub/login' && !!document.querySelector('#main[data-loaded]')`); err != nil {
+		return fmt.Errorf("after the login the console never loaded (at %s): %w", br.Location(), err)
 	}
+	return nil
 }
 
 // pageTiming is one page load in the browser, each phase's end in
@@ -119,7 +80,7 @@ func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(ti
 // page's load ended, and the value of check, evaluated once the page was
 // marked loaded.
 func (br *browser) load(url, check string) (pageTiming, string, error) {
-	ctx, cancel := context.WithTimeout(br.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(br.Ctx, time.Minute)
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(url)); err != nil {
 		return pageTiming{}, "", fmt.Errorf("opening %s: %w", url, err)

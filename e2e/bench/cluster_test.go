@@ -18,16 +18,16 @@ import (
 )
 
 // podClock records, from a watch of one namespace, when the benchmark first
-// saw each pod Running and ready, and gone.
+// saw each pod Running and ready, evicted, with a deletionTimestamp, and
+// gone.
 type podClock struct {
-	mu      sync.Mutex
-	running map[string]time.Time
-	gone    map[string]time.Time
+	mu                               sync.Mutex
+	running, evicted, deleting, gone map[string]time.Time
 }
 
 // watchPods starts the watch and returns once its first LIST is in; it ends with ctx.
 func watchPods(ctx context.Context, client kubernetes.Interface, ns string) (*podClock, error) {
-	c := &podClock{running: map[string]time.Time{}, gone: map[string]time.Time{}}
+	c := &podClock{running: map[string]time.Time{}, evicted: map[string]time.Time{}, deleting: map[string]time.Time{}, gone: map[string]time.Time{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
 	inf := factory.Core().V1().Pods().Informer()
 	seen := func(obj any) {
@@ -38,8 +38,19 @@ func watchPods(ctx context.Context, client kubernetes.Interface, ns string) (*po
 		now := time.Now()
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if _, ok := c.running[pod.Name]; !ok && harness.PodRunning(pod) {
-			c.running[pod.Name] = now
+		first := func(m map[string]time.Time, now time.Time) {
+			if _, ok := m[pod.Name]; !ok {
+				m[pod.Name] = now
+			}
+		}
+		if harness.PodRunning(pod) {
+			first(c.running, now)
+		}
+		if pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" {
+			first(c.evicted, now)
+		}
+		if pod.DeletionTimestamp != nil {
+			first(c.deleting, now)
 		}
 	}
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -99,8 +110,10 @@ func (c *podClock) times(which func(*podClock) map[string]time.Time, pods []stri
 	return out
 }
 
-func running(c *podClock) map[string]time.Time { return c.running }
-func gone(c *podClock) map[string]time.Time    { return c.gone }
+func running(c *podClock) map[string]time.Time  { return c.running }
+func evicted(c *podClock) map[string]time.Time  { return c.evicted }
+func deleting(c *podClock) map[string]time.Time { return c.deleting }
+func gone(c *podClock) map[string]time.Time     { return c.gone }
 
 // awaitAll waits until every pod has a time in which.
 func (c *podClock) awaitAll(ctx context.Context, which func(*podClock) map[string]time.Time, pods []string, what string, timeout time.Duration) error {

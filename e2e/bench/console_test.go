@@ -507,7 +507,7 @@ func (s *consoleStack) browse(b *testing.B, r *consoleRun) error {
 	if err != nil {
 		return err
 	}
-	defer br.cancel()
+	defer br.Close()
 	if err := br.login(s.base, hubAdmin, hubPassword); err != nil {
 		return err
 	}

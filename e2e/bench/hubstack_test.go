@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dsmlp/spawner/apiclient"
@@ -509,18 +508,7 @@ func scalePhase(b *testing.B, resp *responder, servers int) *scaleResult {
 func addScaleNodes(b *testing.B, servers int) {
 	b.Helper()
 	cfg := devcluster.NodeConfig{NodeSets: []devcluster.NodeSet{{Name: "hubstack", Count: servers/256 + 1, CPU: "128", Memory: "512Gi", Pods: 256}}}
-	nodes := cfg.Nodes()
-	b.Cleanup(func() {
-		for _, n := range nodes {
-			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
-		}
-	})
-	err := parallel(b.Context(), len(nodes), 8, func(ctx context.Context, i int) error {
-		return devcluster.RegisterNode(ctx, env.Client, nodes[i])
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	addNodes(b, cfg.Nodes())
 }
 
 // stackMeter is a cpuMeter of the dev cluster and this process, with the

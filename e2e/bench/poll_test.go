@@ -563,6 +563,7 @@ func (l *pollLoad) profile(ctx context.Context, debugAddr string, window time.Du
 	return analyseProfile(ctx, data)
 }
 
+// fetchProfile takes a CPU profile of spawnerd through its --debug-listen.
 func fetchProfile(ctx context.Context, addr string, window time.Duration) ([]byte, error) {
 	u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(window.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -575,8 +576,11 @@ func fetchProfile(ctx context.Context, addr string, window time.Duration) ([]byt
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetching spawnerd's CPU profile: status %d: %w", resp.StatusCode, err)
+	if err != nil {
+		return nil, fmt.Errorf("fetching spawnerd's CPU profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetching spawnerd's CPU profile: status %d: %s", resp.StatusCode, data)
 	}
 	return data, nil
 }

@@ -67,33 +67,7 @@ const (
 
 // scaleConfig is a course's configuration: the CPU notebook with an image
 // choice, and a GPU notebook.
-const scaleConfig = `
-kubespawner:
-  namespace: %s
-  cmd: [jupyterhub-singleuser]
-  start_timeout: 600
-  course: DSC10
-  cpu_guarantee: 0.5
-  cpu_limit: 2
-  mem_guarantee: 1G
-  mem_limit: 2G
-  extra_labels:
-    hub.jupyter.org/network-access-hub: "true"
-  profile_list:
-  - display_name: CPU notebook
-    slug: cpu
-    default: true
-    profile_options:
-      image:
-        display_name: Image
-        choices:
-          scipy:
-            display_name: SciPy
-            default: true
-            kubespawner_override: {image: "quay.io/jupyter/scipy-notebook:2026-11-30"}
-          r:
-            display_name: R
-            kubespawner_override: {image: "quay.io/jupyter/r-notebook:2026-11-30"}
+const scaleConfig = configTemplate + `
   - display_name: GPU notebook
     slug: gpu
     kubespawner_override:

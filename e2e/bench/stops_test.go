@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"net/http"
@@ -21,10 +20,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/dsmlp/spawner/e2e/harness"
 )
@@ -74,7 +70,7 @@ func BenchmarkStopReaction(b *testing.B) {
 			"--debug", "--debug-listen", debugAddr}, extra...),
 		Env: []string{"CONFIGPROXY_AUTH_TOKEN=" + proxy.Token, "SPAWNERD_HUB_TOKEN=" + hub.token},
 	})
-	watch, err := watchStops(ctx, env.Client, f.ns)
+	watch, err := watchPods(ctx, env.Client, f.ns)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,7 +110,7 @@ func BenchmarkStopReaction(b *testing.B) {
 		cpu0 := f.cpu.sample()
 		profCh := make(chan profileResult, 1)
 		go func() {
-			data, err := fetchStopProfile(ctx, debugAddr, stopProfileWindow)
+			data, err := fetchProfile(ctx, debugAddr, stopProfileWindow)
 			profCh <- profileResult{data, err}
 		}()
 		r := stopRun{written: make([]time.Time, len(us)), writeTook: make([]time.Duration, len(us))}
@@ -148,8 +144,8 @@ func BenchmarkStopReaction(b *testing.B) {
 		r.api = apiserverWrites(api0, api1)
 
 		// Each pod's times.
-		r.seen = watch.times(watch.evicted, podNames)
-		r.deleting = watch.times(watch.deleting, podNames)
+		r.seen = watch.times(evicted, podNames)
+		r.deleting = watch.times(deleting, podNames)
 		r.gone = f.clock.times(gone, podNames)
 		r.told = hub.times(us)
 		sl := parseStopLog(f.api.Log())
@@ -316,57 +312,6 @@ func unlimitedClient() (kubernetes.Interface, error) {
 	return c, nil
 }
 
-// stopClock records, from a watch of one namespace, when the benchmark
-// first saw each pod evicted and with a deletionTimestamp.
-type stopClock struct {
-	mu       sync.Mutex
-	evicted  map[string]time.Time
-	deleting map[string]time.Time
-}
-
-// watchStops starts the watch and returns once its first LIST is in; it
-// ends with ctx.
-func watchStops(ctx context.Context, client kubernetes.Interface, ns string) (*stopClock, error) {
-	c := &stopClock{evicted: map[string]time.Time{}, deleting: map[string]time.Time{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
-	inf := factory.Core().V1().Pods().Informer()
-	seen := func(obj any) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		now := time.Now()
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if _, ok := c.evicted[pod.Name]; !ok && pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "Evicted" {
-			c.evicted[pod.Name] = now
-		}
-		if _, ok := c.deleting[pod.Name]; !ok && pod.DeletionTimestamp != nil {
-			c.deleting[pod.Name] = now
-		}
-	}
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj any) { seen(obj) }})
-	if err != nil {
-		return nil, fmt.Errorf("watching pods of %s: %w", ns, err)
-	}
-	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil, fmt.Errorf("watching pods of %s: cache never synced", ns)
-	}
-	return c, nil
-}
-
-// times returns the time in m (one of c's maps) of each pod, zero if none.
-func (c *stopClock) times(m map[string]time.Time, pods []string) []time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]time.Time, len(pods))
-	for i, p := range pods {
-		out[i] = m[p]
-	}
-	return out
-}
-
 // stopLog is what spawnerd's log says of each pod's stop: when a worker
 // took it up ("server stopped") and when its DELETE went out, and took.
 type stopLog struct {
@@ -385,7 +330,7 @@ func parseStopLog(log string) stopLog {
 	for sc.Scan() {
 		line := sc.Bytes()
 		if !bytes.Contains(line, []byte(`"msg":"server stopped"`)) && !bytes.Contains(line, []byte(`"msg":"stopped pod delete sent"`)) &&
-			!bytes.Contains(line, []byte(`"msg":"TEMP`)) {
+			!bytes.Contains(line, []byte(`"msg":"pod failed: seen by the informer"`)) {
 			continue
 		}
 		var e struct {
@@ -399,7 +344,7 @@ func parseStopLog(log string) stopLog {
 			continue
 		}
 		switch e.Msg {
-		case "TEMP informer saw failed":
+		case "pod failed: seen by the informer":
 			l.informer[e.Pod] = unix(e.TS)
 		case "server stopped":
 			if _, ok := l.picked[e.Pod]; !ok {
@@ -573,28 +518,6 @@ func parseLabels(s string) map[string]string {
 		}
 	}
 	return out
-}
-
-// fetchStopProfile takes a CPU profile of spawnerd through its --debug-listen.
-func fetchStopProfile(ctx context.Context, addr string, window time.Duration) ([]byte, error) {
-	u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(window.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetching spawnerd's CPU profile: %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("fetching spawnerd's CPU profile: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetching spawnerd's CPU profile: status %d: %s", resp.StatusCode, data)
-	}
-	return data, nil
 }
 
 // profileTop is go tool pprof -top of a CPU profile; the profile is kept
@@ -777,7 +700,7 @@ func routeSet(ctx context.Context, px *harness.Proxy) (map[string]bool, error) {
 	return out, nil
 }
 
-// dumpStops writes each pod's times (ms from the first eviction's T0) as CSV. TEMP-STOPBENCH
+// dumpStops writes each pod's times (ms from the first eviction's T0) as CSV.
 func dumpStops(path string, pods []string, r stopRun, l stopLog) error {
 	origin := slices.MinFunc(r.seen, time.Time.Compare)
 	rel := func(t time.Time) string {

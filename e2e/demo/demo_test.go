@@ -25,9 +25,6 @@ import (
 	"github.com/dsmlp/spawner/e2e/harness"
 )
 
-// chromium is Debian's browser, installed by hack/debian-deps.sh.
-const chromium = "/usr/bin/chromium"
-
 // demo is one run of `make demo`.
 type demo struct {
 	cmd   *exec.Cmd
@@ -38,8 +35,8 @@ type demo struct {
 }
 
 func TestDemoEveryProfileThroughTheBrowserThenCtrlC(t *testing.T) {
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("%s is missing (make deps installs it): %v", chromium, err)
+	if _, err := os.Stat(harness.Chromium); err != nil {
+		t.Fatalf("%s is missing (make deps installs it): %v", harness.Chromium, err)
 	}
 	d := startDemo(t)
 	d.waitFor(t, "demo: ready", 5*time.Minute)
@@ -185,50 +182,42 @@ func startDemo(t *testing.T) *demo {
 // Start, and waits on the progress page until the hub sends the browser to
 // the notebook; then it asks the notebook's own API, through the proxy.
 func (d *demo) spawnInBrowser(t *testing.T, user, profile string) error {
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(filepath.Join(d.dir, "browser-"+user)))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	// The first call starts the browser and must carry no timeout of its own.
-	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
-		return fmt.Errorf("starting %s: %w", chromium, err)
+	b, err := harness.StartBrowser(filepath.Join(d.dir, "browser-"+user))
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(b.Ctx, 4*time.Minute)
 	defer cancel()
 
 	base := fmt.Sprintf("http://127.0.0.1:%d", d.ports["PROXY_PORT"])
-	err := chromedp.Do(ctx,
-		chromedp.Navigate(base+"/hub/login"),
-		chromedp.WaitVisible(chromedp.CSS("#username_input")),
-		chromedp.SendKeys(chromedp.CSS("#username_input"), user),
-		chromedp.SendKeys(chromedp.CSS("#password_input"), "any password"),
-		chromedp.Click(chromedp.CSS("#login_submit")),
-		// The hub shows the options form built from spawnerd's profiles.
-		chromedp.WaitVisible(chromedp.CSS("#spawn_form")),
-		chromedp.Click(chromedp.CSS("#profile-item-"+profile)),
-		chromedp.Submit(chromedp.CSS("#spawn_form")),
-	)
+	err = b.LogInToHub(ctx, base+"/hub/login", user, "any password")
+	if err == nil {
+		err = chromedp.Do(ctx,
+			// The hub shows the options form built from spawnerd's profiles.
+			chromedp.WaitVisible(chromedp.CSS("#spawn_form")),
+			chromedp.Click(chromedp.CSS("#profile-item-"+profile)),
+			chromedp.Submit(chromedp.CSS("#spawn_form")),
+		)
+	}
 	if err == nil {
 		// The progress page forwards to the notebook once the hub sees it
-		// ready. Each page load ends a pending evaluation, so ask anew each time.
-		err = waitForPage(ctx, fmt.Sprintf(`location.pathname.startsWith("/user/%s/") && document.readyState === "complete"`, user))
+		// ready.
+		err = b.Wait(ctx, fmt.Sprintf(`location.pathname.startsWith("/user/%s/") && document.readyState === "complete"`, user))
 	}
-	location, _ := chromedp.Run(bctx, chromedp.Location())
-	shot, _ := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
-		saveShot("failed-"+user+".png", shot)
-		return fmt.Errorf("browser: %w (at %s)", err, location)
+		return fmt.Errorf("browser: %w\n%s", err, b.Explain("demo-failed-"+user+".png"))
 	}
 	status, err := chromedp.Run(ctx, chromedp.Evaluate[string](
 		fmt.Sprintf(`fetch("/user/%s/api/status").then(r => r.status + " " + r.statusText)`, user), chromedp.EvalAwaitPromise))
 	if err != nil {
 		return fmt.Errorf("asking the notebook's API from the page: %w", err)
 	}
-	saveShot("notebook-"+user+".png", shot)
-	t.Logf("%s (%s): notebook at %s; its /api/status through the proxy: %s", user, profile, location, status)
+	shot, err := b.Shot("demo-notebook-" + user + ".png")
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("%s (%s): notebook at %s; its /api/status through the proxy: %s; screenshot: %s", user, profile, b.Location(), status, shot)
 	if !strings.HasPrefix(status, "200") {
 		return fmt.Errorf("the notebook's /api/status through the proxy answered %q", status)
 	}
@@ -293,25 +282,6 @@ func (d *demo) consoleFromServicesMenu(t *testing.T, users []string) {
 		t.Error(err)
 	}
 	t.Logf("the admin's console, opened from the hub's Services menu, lists %v running; screenshot: %s", users, shot)
-}
-
-// waitForPage evaluates cond in the tab until it is true, across page loads.
-func waitForPage(ctx context.Context, cond string) error {
-	var last error
-	for {
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
-		if err == nil && ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last evaluation error: %v)", cond, ctx.Err(), last)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 type hubServer struct {
@@ -459,13 +429,6 @@ func (d *demo) dumpLogs(t *testing.T) {
 	for _, name := range []string{"spawnerd.log", "jupyterhub.log", "devcluster.log"} {
 		data, _ := os.ReadFile(filepath.Join(d.dir, name))
 		t.Logf("--- %s (last 60 lines) ---\n%s", name, tail(string(data), 60))
-	}
-}
-
-// saveShot keeps a screenshot of the page in $E2E_SHOTS, when it is set.
-func saveShot(name string, png []byte) {
-	if d := os.Getenv("E2E_SHOTS"); d != "" && len(png) > 0 {
-		_ = os.WriteFile(filepath.Join(d, name), png, 0o644)
 	}
 }
 

@@ -27,8 +27,9 @@ type Browser struct {
 
 // StartBrowser starts Chromium headless with its profile in dir, in a
 // laptop-sized window: narrower, the hub's navigation bar folds its menus
-// away.
-func StartBrowser(dir string) (*Browser, error) {
+// away. Each of onEveryPage, a script, runs in every page the tab opens,
+// before the page's own scripts.
+func StartBrowser(dir string, onEveryPage ...string) (*Browser, error) {
 	if _, err := os.Stat(Chromium); err != nil {
 		return nil, fmt.Errorf("%s is missing (make deps installs it): %w", Chromium, err)
 	}
@@ -39,7 +40,13 @@ func StartBrowser(dir string) (*Browser, error) {
 	ctx, cancelTab := chromedp.NewContext(actx)
 	b := &Browser{Ctx: ctx, cancel: func() { cancelTab(); cancelAlloc() }}
 	// The first call starts the browser and must carry no timeout of its own.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+	steps := []chromedp.Action[chromedp.Void]{chromedp.Navigate("about:blank")}
+	for _, src := range onEveryPage {
+		steps = append(steps, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			return t.Call(ctx, "Page.addScriptToEvaluateOnNewDocument", map[string]string{"source": src}, nil)
+		}))
+	}
+	if err := chromedp.Do(ctx, steps...); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("starting %s: %w", Chromium, err)
 	}
