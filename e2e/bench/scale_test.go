@@ -15,7 +15,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +22,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -305,25 +305,38 @@ func (f *scaleFixture) createEvents(ctx context.Context) error {
 // them, their events, the namespace and the nodes.
 func (f *scaleFixture) teardown(ctx context.Context, nodes []*corev1.Node) error {
 	var errs []error
+	// One DELETE per object from scaleWorkers: a DeleteCollection of
+	// 10,000 pods or 40,000 events outlasts the API server's 60 s request
+	// timeout and goes on in the background, under the next benchmark.
+	zero := int64(0)
 	pods, err := f.client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("listing the pods of %s: %w", f.ns, err))
 	} else {
 		patch := []byte(`{"metadata":{"finalizers":null}}`)
 		errs = append(errs, parallel(ctx, len(pods.Items), scaleWorkers, func(ctx context.Context, i int) error {
-			_, err := f.client.CoreV1().Pods(f.ns).Patch(ctx, pods.Items[i].Name, types.MergePatchType, patch, metav1.PatchOptions{})
-			if err != nil && !strings.Contains(err.Error(), "not found") {
-				return fmt.Errorf("releasing pod %s: %w", pods.Items[i].Name, err)
+			name := pods.Items[i].Name
+			_, err := f.client.CoreV1().Pods(f.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if err == nil {
+				err = f.client.CoreV1().Pods(f.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting pod %s: %w", name, err)
 			}
 			return nil
 		}))
 	}
-	zero := int64(0)
-	if err := f.client.CoreV1().Pods(f.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		errs = append(errs, fmt.Errorf("deleting the pods of %s: %w", f.ns, err))
-	}
-	if err := f.client.CoreV1().Events(f.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		errs = append(errs, fmt.Errorf("deleting the events of %s: %w", f.ns, err))
+	events, err := f.client.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing the events of %s: %w", f.ns, err))
+	} else {
+		errs = append(errs, parallel(ctx, len(events.Items), scaleWorkers, func(ctx context.Context, i int) error {
+			err := f.client.CoreV1().Events(f.ns).Delete(ctx, events.Items[i].Name, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting event %s: %w", events.Items[i].Name, err)
+			}
+			return nil
+		}))
 	}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := f.client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{Limit: 1})

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +84,19 @@ func (h *Hub) start(t testing.TB) {
 	cfg := filepath.Join(h.repoDir, "deploy", "demo", "jupyterhub_config.py")
 	h.Process = StartProcess(t, "jupyterhub", h.env, "/usr/bin/python3", "-m", "jupyterhub", "-f", cfg)
 	WaitHTTP(t, h.APIURL+"/", h.Process)
+	// The API answers before the hub's start-up is done: it still checks
+	// every server and adds the proxy's routes, and a request that keeps
+	// its one event loop busy meanwhile (creating 5,000 users) can make
+	// those proxy calls time out, which ends the hub.
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, Timeout, true, func(context.Context) (bool, error) {
+		if h.Process.Exited() {
+			return false, errors.New("the hub exited")
+		}
+		return strings.Contains(h.Process.Log(), "JupyterHub is now running"), nil
+	})
+	if err != nil {
+		t.Fatalf("the hub never finished starting: %v\n%s", err, h.Process.Log())
+	}
 }
 
 // Restart stops the hub and starts it again on the same database.
