@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/serverid"
@@ -230,8 +231,17 @@ func TestForgedPodStopsNobody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created.Status.Phase, created.Status.Reason = corev1.PodFailed, "Evicted"
-	if _, err := env.Client.CoreV1().Pods(f.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// The scheduler may write its Unschedulable condition in between: read
+	// the pod anew on a conflict.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if created, err = env.Client.CoreV1().Pods(f.ns).Get(ctx, forged.Name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		created.Status.Phase, created.Status.Reason = corev1.PodFailed, "Evicted"
+		_, err := env.Client.CoreV1().Pods(f.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	line, ok := f.api.WaitForLogLine(harness.Timeout, "ignoring a pod that is not the server it names", f.ns, "never puts alice")
