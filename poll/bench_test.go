@@ -115,13 +115,7 @@ func realisticPod(i int) *corev1.Pod {
 			Phase: corev1.PodRunning, PodIP: "10.0.0.7", HostIP: "192.168.1.20",
 			PodIPs: []corev1.PodIP{{IP: "10.0.0.7"}}, HostIPs: []corev1.HostIP{{IP: "192.168.1.20"}},
 			StartTime: &now, QOSClass: corev1.PodQOSBurstable,
-			Conditions: []corev1.PodCondition{
-				{Type: "PodReadyToStartContainers", Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			},
+			Conditions: readyConditions(now),
 			InitContainerStatuses: []corev1.ContainerStatus{{
 				Name: "block-cloud-metadata", Ready: true, Image: "quay.io/jupyterhub/k8s-network-tools:4.0.0",
 				ImageID:     "quay.io/jupyterhub/k8s-network-tools@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
@@ -391,13 +385,7 @@ func spawnerdPod(tb testing.TB, cfg *spawner.Config, i int) *corev1.Pod {
 		Phase: corev1.PodRunning, PodIP: ip, HostIP: "10.63.255.254",
 		PodIPs: []corev1.PodIP{{IP: ip}}, HostIPs: []corev1.HostIP{{IP: "10.63.255.254"}},
 		StartTime: &now, QOSClass: corev1.PodQOSBurstable,
-		Conditions: []corev1.PodCondition{
-			{Type: "PodReadyToStartContainers", Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
+		Conditions: readyConditions(now),
 		ContainerStatuses: []corev1.ContainerStatus{{
 			Name: NotebookContainer, Ready: true, Started: new(true), Image: pod.Spec.Containers[0].Image,
 			ImageID:     pod.Spec.Containers[0].Image + "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
@@ -553,4 +541,14 @@ func TestEventCacheKeepsCompactCopiesConsistent(t *testing.T) {
 	delete(live, "b")
 	e.sweep()
 	check("swept", map[string][]string{"a": {"a.2", "a.0"}, "b": {}, "c": {"c.0", "c.1"}})
+}
+
+// readyConditions are a running, ready pod's conditions as the kubelet
+// writes them, each since now.
+func readyConditions(now metav1.Time) []corev1.PodCondition {
+	var out []corev1.PodCondition
+	for _, t := range []corev1.PodConditionType{"PodReadyToStartContainers", corev1.PodInitialized, corev1.PodReady, corev1.ContainersReady, corev1.PodScheduled} {
+		out = append(out, corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now})
+	}
+	return out
 }

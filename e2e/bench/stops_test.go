@@ -166,12 +166,9 @@ func BenchmarkStopReaction(b *testing.B) {
 			b.Error(err)
 		}
 		// The hub answered, so spawnerd must have left the proxy to it.
-		left, err := routeSet(ctx, proxy)
-		if err != nil {
-			b.Fatal(err)
-		}
+		left := proxy.Routes(b)
 		for _, route := range routes {
-			if !left[route] {
+			if _, ok := left[route]; !ok {
 				b.Errorf("proxy route %s was removed although the hub answered", route)
 			}
 		}
@@ -675,29 +672,6 @@ func addRoute(ctx context.Context, px *harness.Proxy, user, target string) (stri
 		return "", fmt.Errorf("adding proxy route %s: status %d", path, resp.StatusCode)
 	}
 	return path, nil
-}
-
-// routeSet lists the proxy's routes.
-func routeSet(ctx context.Context, px *harness.Proxy) (map[string]bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, px.APIURL+"/api/routes", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "token "+px.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("listing proxy routes: %w", err)
-	}
-	defer resp.Body.Close()
-	var routes map[string]json.RawMessage
-	if err := json.NewDecoder(resp.Body).Decode(&routes); err != nil {
-		return nil, fmt.Errorf("listing proxy routes: %w", err)
-	}
-	out := make(map[string]bool, len(routes))
-	for r := range routes {
-		out[r] = true
-	}
-	return out, nil
 }
 
 // dumpStops writes each pod's times (ms from the first eviction's T0) as CSV.
