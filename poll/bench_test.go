@@ -160,6 +160,7 @@ func benchWatcher(b *testing.B, n int) *Watcher {
 		if err := idx.Add(obj); err != nil {
 			b.Fatal(err)
 		}
+		w.keys.set(nil, obj.(*corev1.Pod))
 	}
 	// The store was filled by hand, not by a LIST.
 	w.spaces[testNS].podsSynced = func() bool { return true }
@@ -220,7 +221,7 @@ func BenchmarkStatusParallel(b *testing.B) {
 // BenchmarkCacheMemoryPerPod reports the heap one server costs in the
 // caches at 10,000 servers: its pod as spawnerd makes it (identity
 // annotations, user_options, a profile; every tenth a GPU pod the
-// reservation engine admitted), with the server-key index, and the four
+// reservation engine admitted), with the server-key map, and the four
 // events of its start. The stores are filled directly with decoded objects,
 // as a LIST fills them, through the transforms (target: at most 3 KiB);
 // untrimmed-bytes/pod is the pod without its transform.
@@ -248,6 +249,8 @@ func BenchmarkCacheMemoryPerPod(b *testing.B) {
 			if err := idx.Add(obj); err != nil {
 				b.Fatal(err)
 			}
+			// What the pod handler keeps of it.
+			w.keys.set(nil, obj.(*corev1.Pod))
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&mid)

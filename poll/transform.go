@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dsmlp/spawner/serverid"
+	"github.com/dsmlp/spawner/spawner"
 )
 
 // lastAppliedAnnotation is kubectl's copy of the whole manifest; it can be
@@ -121,13 +122,33 @@ func internValue(key, v string) string {
 	return intern(v)
 }
 
+// keptLabels are the labels spawnerd reads from its pod cache; add a key
+// here before reading it. A notebook pod carries a dozen (KubeSpawner's,
+// the chart's, the network policy's): all of them would take a map twice
+// the size, a sixth of the pod's cached bytes.
+var keptLabels = map[string]bool{
+	serverid.LabelKey:      true,
+	LabelHubServer:         true,
+	spawner.LabelCourse:    true,
+	spawner.LabelGPUClass:  true,
+	spawner.LabelComponent: true,
+}
+
 func trimLabels(m map[string]string) map[string]string {
-	if m == nil {
+	n := 0
+	for k := range m {
+		if keptLabels[k] {
+			n++
+		}
+	}
+	if n == 0 {
 		return nil
 	}
-	out := make(map[string]string, len(m))
+	out := make(map[string]string, n)
 	for k, v := range m {
-		out[intern(k)] = internValue(k, v)
+		if keptLabels[k] {
+			out[intern(k)] = internValue(k, v)
+		}
 	}
 	return out
 }

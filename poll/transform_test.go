@@ -44,8 +44,19 @@ func TestTrimPodDropsBulk(t *testing.T) {
 	if got.Name != pod.Name || got.Namespace != pod.Namespace || got.UID != pod.UID || got.ResourceVersion != pod.ResourceVersion ||
 		got.Spec.NodeName != pod.Spec.NodeName || got.Status.PodIP != pod.Status.PodIP ||
 		!reflect.DeepEqual(c.Ports, pod.Spec.Containers[0].Ports) || c.Image != pod.Spec.Containers[0].Image ||
-		!reflect.DeepEqual(got.Labels, pod.Labels) || got.Annotations[AnnotationUser] != "user00007" {
+		got.Annotations[AnnotationUser] != "user00007" {
 		t.Errorf("trimmed pod lost fields:\n%+v", got)
+	}
+	// The labels spawnerd reads, and only those.
+	pod.Labels["app.kubernetes.io/managed-by"] = "kubespawner"
+	got = mustTrim(t, pod)
+	for k, v := range pod.Labels {
+		if w, ok := got.Labels[k]; ok != keptLabels[k] || (ok && w != v) {
+			t.Errorf("label %s=%q: trimmed pod has %q (kept: %v), want it kept only if read", k, v, w, ok)
+		}
+	}
+	if len(got.Labels) == 0 || len(got.Labels) == len(pod.Labels) {
+		t.Errorf("labels %v of %v: want the read ones", got.Labels, pod.Labels)
 	}
 	if pod.ManagedFields == nil {
 		t.Error("transform modified its input")

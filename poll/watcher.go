@@ -118,6 +118,9 @@ type Watcher struct {
 
 	subMu sync.Mutex
 	subs  map[cache.ObjectName]map[*subscriber]struct{}
+
+	// keys finds a server's pods by its key label.
+	keys *serverKeys
 }
 
 // stopRecord is the reaction's progress for one stopped pod UID.
@@ -179,6 +182,7 @@ func New(client kubernetes.Interface, opts Options) (*Watcher, error) {
 		last:    map[cache.ObjectName]lastStop{},
 		expect:  map[cache.ObjectName]time.Time{},
 		subs:    map[cache.ObjectName]map[*subscriber]struct{}{},
+		keys:    newServerKeys(),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](200*time.Millisecond, 10*time.Second),
 			// Overall retry speed, as workqueue.DefaultTypedControllerRateLimiter.
@@ -224,9 +228,6 @@ type space struct {
 	eventsRf   *cache.Reflector
 }
 
-// indexServerKey indexes pods by their serverid.LabelKey.
-const indexServerKey = "server-key"
-
 func (w *Watcher) newSpace(ns string) (*space, error) {
 	client, opts := w.client, w.opts
 	sp := &space{namespace: ns}
@@ -238,14 +239,6 @@ func (w *Watcher) newSpace(ns string) (*space, error) {
 	podInformer := sp.factory.Core().V1().Pods()
 	sp.pods = podInformer.Informer()
 	sp.lister = podInformer.Lister()
-	if err := sp.pods.AddIndexers(cache.Indexers{indexServerKey: func(obj any) ([]string, error) {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Labels[serverid.LabelKey] != "" {
-			return []string{pod.Labels[serverid.LabelKey]}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return nil, fmt.Errorf("adding the server-key index: %w", err)
-	}
 	reg, err := sp.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.podAdded,
 		UpdateFunc: w.podUpdated,
@@ -411,18 +404,7 @@ func (w *Watcher) Pods() []*corev1.Pod {
 // serverid.Key), in every watched namespace, oldest first. Shared cache
 // objects: never modify them.
 func (w *Watcher) PodsOf(key string) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, sp := range w.spaces {
-		objs, err := sp.pods.GetIndexer().ByIndex(indexServerKey, key)
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				out = append(out, p)
-			}
-		}
-	}
+	out := w.keys.appendTo(nil, key)
 	if len(out) > 1 {
 		sort.Slice(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
 	}
@@ -435,23 +417,7 @@ func (w *Watcher) PodsOf(key string) []*corev1.Pod {
 // at every hit, that the pod it answered from is still the server's one pod.
 // A shared cache object: never modify it.
 func (w *Watcher) OnlyPodOf(key string) (*corev1.Pod, int) {
-	var only *corev1.Pod
-	n := 0
-	for _, sp := range w.spaces {
-		objs, err := sp.pods.GetIndexer().ByIndex(indexServerKey, key)
-		if err != nil {
-			continue
-		}
-		for _, o := range objs {
-			if p, ok := o.(*corev1.Pod); ok {
-				only, n = p, n+1
-			}
-		}
-	}
-	if n != 1 {
-		return nil, n
-	}
-	return only, 1
+	return w.keys.only(key)
 }
 
 // Events returns the cached events of a pod, oldest first. They are shared
@@ -561,6 +527,7 @@ func (w *Watcher) podAdded(obj any) {
 	if !ok {
 		return
 	}
+	w.keys.set(nil, pod)
 	key := cache.MetaObjectToName(pod)
 	if sp := w.spaceOf(pod.Namespace); sp != nil {
 		sp.events.podAdded(key)
@@ -572,7 +539,13 @@ func (w *Watcher) podAdded(obj any) {
 func (w *Watcher) podUpdated(oldObj, newObj any) {
 	oldPod, ok1 := oldObj.(*corev1.Pod)
 	newPod, ok2 := newObj.(*corev1.Pod)
-	if !ok1 || !ok2 || oldPod.ResourceVersion == newPod.ResourceVersion {
+	if !ok1 || !ok2 {
+		return
+	}
+	// Even an unchanged pod (a relist) is a new object in the store: keep
+	// no pointer to the one it replaced.
+	w.keys.set(oldPod, newPod)
+	if oldPod.ResourceVersion == newPod.ResourceVersion {
 		return
 	}
 	key := cache.MetaObjectToName(newPod)
@@ -598,6 +571,7 @@ func (w *Watcher) podDeleted(obj any) {
 	if !ok {
 		return
 	}
+	w.keys.remove(pod)
 	key := cache.MetaObjectToName(pod)
 	w.mu.Lock()
 	m := w.gone[key]

@@ -29,6 +29,7 @@ import (
 
 	"github.com/dsmlp/spawner/hubapi"
 	"github.com/dsmlp/spawner/hubclient"
+	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/leader"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/poll"
@@ -197,7 +198,7 @@ func serve(args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	restCfg.WrapTransport = lifecycle.CountRequests(reg)
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(restCfg))
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dsmlp/spawner/admission"
 	"github.com/dsmlp/spawner/gpucontroller"
+	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/reservation"
 	"github.com/dsmlp/spawner/reservationstore"
 )
@@ -93,12 +94,12 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	rc := rest.CopyConfig(restCfg)
 	rc.QPS, rc.Burst = float32(f.qps), int(2*f.qps)
 	rc.UserAgent = reservation.Component
-	rclient, err := kubernetes.NewForConfig(rc)
+	rclient, err := kubernetes.NewForConfig(kubeclient.Protobuf(rc))
 	if err != nil {
 		return nil, fmt.Errorf("reservation client: %w", err)
 	}
 	// Waiting events get a client (and rate limit) of their own.
-	eclient, err := kubernetes.NewForConfig(rc)
+	eclient, err := kubernetes.NewForConfig(kubeclient.Protobuf(rc))
 	if err != nil {
 		return nil, fmt.Errorf("reservation events client: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,7 @@ import (
 	"github.com/dsmlp/spawner/devcluster"
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/history"
+	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/poll"
 	"github.com/dsmlp/spawner/recorder"
@@ -103,7 +105,7 @@ func newScaleFixture(b *testing.B) *scaleFixture {
 	ctx := b.Context()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst, cfg.UserAgent = 5000, 10000, "bench-scale"
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -486,7 +488,7 @@ func (p *scaleProcess) pollAll(ctx context.Context, users []string, pods []*core
 }
 
 // inProcessCaches are spawnerd's caches in this process, wired as serve
-// wires them: the pod watcher (pods, the server-key index, events of
+// wires them: the pod watcher (pods, the server-key map, events of
 // notebook pods) and the session history's recorder, elected.
 type inProcessCaches struct {
 	w      *poll.Watcher
@@ -503,7 +505,7 @@ func startInProcess(ctx context.Context, b *testing.B, f *scaleFixture) (*inProc
 	cfg.QPS, cfg.Burst, cfg.UserAgent = 500, 1000, "spawnerd"
 	c := &inProcessCaches{requests: &requestLog{}}
 	cfg.WrapTransport = c.requests.wrap
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -696,7 +698,7 @@ func metText(ok bool) string {
 // BenchmarkCacheMemory measures what 10,000 servers cost spawnerd in
 // memory: in this process, the heap its caches hold after a full
 // collection (a real informer against the API server: pods through their
-// transform with the server-key index, the session recorder's per-pod
+// transform with the server-key map, the session recorder's per-pod
 // state after its rescan; then the four start events of each pod in the
 // event cache); and for a whole spawnerd process, its heap in use and RSS
 // before the pods exist and after it holds them and their events.
@@ -745,6 +747,15 @@ func BenchmarkCacheMemory(b *testing.B) {
 		}
 		b.StopTimer()
 		h1 := heapAfterGC()
+		var heapProf bytes.Buffer
+		if err := pprof.Lookup("heap").WriteTo(&heapProf, 0); err != nil {
+			b.Fatal(err)
+		}
+		// Where the bytes per pod go (the whole test process's live heap,
+		// the fixture's own copies of the pods included).
+		if err := pprofTop(ctx, b, "live heap with the caches holding every pod", heapProf.Bytes(), "-sample_index=inuse_space"); err != nil {
+			b.Error(err)
+		}
 
 		// 4. The start events.
 		began = time.Now()
@@ -784,7 +795,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 		}
 		rows := [][]string{
 			{"what", "per pod", "target", "met"},
-			{"in process: pod, server-key index, session recorder (heap after GC)", kib(perPod), "≤ " + kib(scaleBytesTarget), metText(perPod <= scaleBytesTarget)},
+			{"in process: pod, server-key map, session recorder (heap after GC)", kib(perPod), "≤ " + kib(scaleBytesTarget), metText(perPod <= scaleBytesTarget)},
 			{"in process: + its 4 start events (" + kib(perEvent) + " per event)", kib(withEvents), "-", "-"},
 			{"spawnerd process: " + heapWhat + ", pods only", kib((heap1 - heap0) / scaleServers), "-", "-"},
 			{"spawnerd process: " + heapWhat + ", pods and events", kib((heap2 - heap0) / scaleServers), "-", "-"},
@@ -909,15 +920,20 @@ func profileColdStart(ctx context.Context, b *testing.B, f *scaleFixture) error 
 		return err
 	}
 	show(table(fmt.Sprintf("In-process cold start: caches synced after %s; the watcher's API requests (watches left out)", secs(synced)), c.requests.table(start)))
-	dir := b.TempDir()
-	path := filepath.Join(dir, "coldstart.pprof")
-	if err := os.WriteFile(path, prof.Bytes(), 0o644); err != nil {
+	return pprofTop(ctx, b, "the in-process cold start, until the history's rescan is stored", prof.Bytes())
+}
+
+// pprofTop prints pprof's top of a profile, with the extra pprof flags.
+func pprofTop(ctx context.Context, b *testing.B, what string, profile []byte, flags ...string) error {
+	path := filepath.Join(b.TempDir(), "bench.pprof")
+	if err := os.WriteFile(path, profile, 0o644); err != nil {
 		return err
 	}
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).Output()
+	args := append([]string{"tool", "pprof", "-top", "-nodecount=25"}, flags...)
+	out, err := exec.CommandContext(ctx, "go", append(args, path)...).Output()
 	if err != nil {
 		return fmt.Errorf("go tool pprof: %w", err)
 	}
-	show("\ngo tool pprof -top (the in-process cold start, until the history's rescan is stored):\n" + string(out))
+	show(fmt.Sprintf("\ngo tool pprof -top %s(%s):\n%s", strings.Join(flags, " ")+" ", what, out))
 	return nil
 }

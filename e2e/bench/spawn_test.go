@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsmlp/spawner/apiclient"
 	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/lifecycle"
 	"github.com/dsmlp/spawner/serverid"
 	"github.com/dsmlp/spawner/spawner"
@@ -317,7 +318,7 @@ func bareStorm(ctx context.Context, ns string, users []string) (stormResult, err
 	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst, cfg.UserAgent = spawnerdQPS, spawnerdBurst, "bench-bare-loop"
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
 	if err != nil {
 		return stormResult{}, err
 	}

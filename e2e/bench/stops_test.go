@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dsmlp/spawner/e2e/harness"
+	"github.com/dsmlp/spawner/kubeclient"
 )
 
 const (
@@ -302,7 +303,7 @@ func between(start, end []time.Time) []time.Duration {
 func unlimitedClient() (kubernetes.Interface, error) {
 	cfg := env.Cluster.RESTConfig()
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = -1, 0, nil
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("creating an unthrottled client: %w", err)
 	}

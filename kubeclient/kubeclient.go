@@ -1,0 +1,21 @@
+// Package kubeclient holds how spawnerd talks to the API server: the
+// client configuration its typed clients share.
+package kubeclient
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+)
+
+// Protobuf returns a copy of cfg that asks for and sends Kubernetes'
+// protobuf encoding. Decoding a list of 10,000 pods or a stream of watch
+// events costs several times less CPU in protobuf than in JSON, and that
+// CPU is shared with the API server on a small control plane. Only the
+// built-in types have a protobuf form: dynamic clients for custom
+// resources must keep a JSON config.
+func Protobuf(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.ContentType = runtime.ContentTypeProtobuf
+	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return out
+}

@@ -1,0 +1,91 @@
+package poll
+
+import (
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dsmlp/spawner/serverid"
+)
+
+// serverKeys finds the cached pods of a server by its serverid.LabelKey.
+// The pod handlers keep it, in the informer's order, so it follows the
+// store as the work queue does. It replaces a client-go index, which keeps
+// a set (a map of its own) for every value: with one pod per server key
+// that was about 400 bytes a pod; here it is one map slot and a one-element
+// slice.
+type serverKeys struct {
+	mu sync.RWMutex
+	m  map[string][]*corev1.Pod
+}
+
+func newServerKeys() *serverKeys { return &serverKeys{m: map[string][]*corev1.Pod{}} }
+
+// set files pod under its key in place of an older object of the same pod
+// (same namespace and name), or removes that pod when pod is nil; old is
+// the object it replaces (nil on an add). A changed label moves it.
+func (s *serverKeys) set(old, pod *corev1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old != nil {
+		if k := old.Labels[serverid.LabelKey]; k != "" && (pod == nil || pod.Labels[serverid.LabelKey] != k) {
+			s.removeLocked(k, old)
+		}
+	}
+	if pod == nil {
+		return
+	}
+	k := pod.Labels[serverid.LabelKey]
+	if k == "" {
+		return
+	}
+	pods := s.m[k]
+	for i, p := range pods {
+		if p.Namespace == pod.Namespace && p.Name == pod.Name {
+			pods[i] = pod
+			return
+		}
+	}
+	s.m[k] = append(pods, pod)
+}
+
+func (s *serverKeys) removeLocked(k string, pod *corev1.Pod) {
+	pods := slices.DeleteFunc(s.m[k], func(p *corev1.Pod) bool {
+		return p.Namespace == pod.Namespace && p.Name == pod.Name
+	})
+	if len(pods) == 0 {
+		delete(s.m, k)
+		return
+	}
+	s.m[k] = pods
+}
+
+// remove drops the pod (by namespace and name) from its key.
+func (s *serverKeys) remove(pod *corev1.Pod) {
+	k := pod.Labels[serverid.LabelKey]
+	if k == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removeLocked(k, pod)
+}
+
+// appendTo appends the pods of key to out.
+func (s *serverKeys) appendTo(out []*corev1.Pod, key string) []*corev1.Pod {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append(out, s.m[key]...)
+}
+
+// only returns the pod of key when it is the only one, and how many there are.
+func (s *serverKeys) only(key string) (*corev1.Pod, int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	pods := s.m[key]
+	if len(pods) != 1 {
+		return nil, len(pods)
+	}
+	return pods[0], 1
+}
