@@ -42,6 +42,9 @@ type Options struct {
 	Events func(namespace, pod string) []*corev1.Event
 	// Pods returns every cached notebook pod, for the rescan on taking the lead.
 	Pods func() []*corev1.Pod
+	// Synced reports that the pod cache holds its first LIST: the rescan
+	// waits for it. nil: always synced.
+	Synced func() bool
 	// Owns says whether a pod is the server its identity names (see
 	// poll.Options.Owns); nil owns all.
 	Owns func(pod *corev1.Pod) (bool, string)
@@ -64,6 +67,10 @@ type Recorder struct {
 	log     *zap.Logger
 	clock   clock.PassiveClock
 	leading atomic.Bool
+	// scanned: the rescan since taking the lead has read the cache. Until
+	// then the pods' adds and updates are its to record: observed one by
+	// one, a restart's 10,000 cached pods would each be written again.
+	scanned atomic.Bool
 	wake    chan struct{}
 	rescan  chan struct{}
 
@@ -111,8 +118,11 @@ func New(opts Options) (*Recorder, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Recorder{opts: opts, log: opts.Logger, clock: opts.Clock,
-		wake: make(chan struct{}, 1), rescan: make(chan struct{}, 1), written: map[string]kindSet{}}, nil
+	r := &Recorder{opts: opts, log: opts.Logger, clock: opts.Clock,
+		wake: make(chan struct{}, 1), rescan: make(chan struct{}, 1), written: map[string]kindSet{}}
+	// Not elected: no lead to take, so no rescan; observe from the start.
+	r.scanned.Store(!opts.Elected)
+	return r, nil
 }
 
 // SetLeading switches the observer on or off; taking the lead rescans every
@@ -121,6 +131,11 @@ func (r *Recorder) SetLeading(leading bool) {
 	if r.leading.Swap(leading) == leading || !leading {
 		return
 	}
+	r.scanned.Store(false)
+	r.askRescan()
+}
+
+func (r *Recorder) askRescan() {
 	select {
 	case r.rescan <- struct{}{}:
 	default:
@@ -147,6 +162,11 @@ func (r *Recorder) observe(obj any, deleted bool) {
 	}
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
+		return
+	}
+	if !deleted && !r.scanned.Load() {
+		// The rescan reads this state from the cache; a deleted pod is
+		// gone from it, so its end is recorded here.
 		return
 	}
 	r.enqueue(r.recordsOf(pod, deleted)...)
@@ -442,7 +462,14 @@ func (r *Recorder) Run(ctx context.Context) error {
 			r.flush(context.Background())
 			return nil
 		case <-r.rescan:
-			r.rescanPods(ctx)
+			switch {
+			case !r.observing():
+			case r.opts.Synced != nil && !r.opts.Synced():
+				// Not blocking the writer: a stop's Write may wait.
+				time.AfterFunc(50*time.Millisecond, r.askRescan)
+			default:
+				r.rescanPods(ctx)
+			}
 			continue
 		case <-sweep.C:
 			r.forgetGone()
@@ -550,6 +577,9 @@ func (r *Recorder) flush(ctx context.Context) {
 // rescanPods records every cached pod's state, skipping what the store has
 // already (asked once for all of them), and forgets gone pods.
 func (r *Recorder) rescanPods(ctx context.Context) {
+	// Updates from now on are observed: they may repeat what the scan
+	// records (a no-op), but none falls between the two.
+	r.scanned.Store(true)
 	if r.opts.Pods == nil {
 		return
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/dsmlp/spawner/history"
@@ -213,7 +215,12 @@ func TestObserveRecordsTheLife(t *testing.T) {
 		t.Fatalf("a follower queued %d records", r.pendingLen())
 	}
 	r.SetLeading(true)
-	<-r.rescan // Run would rescan; this test drives the handler alone
+	h.OnAdd(notebook(), false) // the rescan's to record
+	if r.pendingLen() != 0 {
+		t.Fatalf("before the rescan read the cache the observer queued %d records", r.pendingLen())
+	}
+	<-r.rescan
+	r.rescanPods(context.Background()) // the cache is empty here
 	h.OnAdd(notebook(), false)
 	h.OnUpdate(nil, notebook()) // unchanged: nothing new
 	if n := r.pendingLen(); n != 4 {
@@ -294,7 +301,12 @@ func TestWriteFailureIsRetried(t *testing.T) {
 	if waited := time.Since(begin); waited > 2*time.Second {
 		t.Errorf("a stop waited %s for a store that is down", waited)
 	}
-	if r.pendingLen() == 0 {
+	// Between retries the batch is back in the queue (during one, it is
+	// out with the store).
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+		return r.pendingLen() > 0, nil
+	})
+	if err != nil {
 		t.Fatal("a failed write was not kept")
 	}
 	store.mu.Lock()
@@ -337,7 +349,8 @@ func TestStoppedWaitsForTheEndTheObserverQueued(t *testing.T) {
 	store := &gatedStore{memStore: newMemStore(), open: make(chan struct{})}
 	r := newRecorder(t, store)
 	r.SetLeading(true)
-	<-r.rescan // not a rescan: this test drives the handler
+	<-r.rescan
+	r.rescanPods(context.Background()) // an empty cache: this test drives the handler
 	evicted := notebook(func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })
 	r.Handler().OnUpdate(nil, evicted)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -422,4 +435,52 @@ func (r *Recorder) pendingLen() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.pending)
+}
+
+// A lead taken before the pod cache synced rescans once it has: the pods
+// the first LIST brings are recorded by the rescan, each once, and only
+// what the store lacks.
+func TestRescanWaitsForTheCache(t *testing.T) {
+	store := newMemStore()
+	var synced atomic.Bool
+	pod := notebook()
+	r, err := New(Options{Store: store, AnnotationPrefix: "galends/", Clock: clocktesting.NewFakePassiveClock(t0.Add(2 * time.Hour)),
+		Pods: func() []*corev1.Pod {
+			if synced.Load() {
+				return []*corev1.Pod{pod}
+			}
+			return nil
+		},
+		Synced: synced.Load, Elected: true, WriteTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	r.SetLeading(true)
+	// The LIST arrives: the handler sees the add before the rescan ran.
+	r.Handler().OnAdd(pod, true)
+	time.Sleep(120 * time.Millisecond)
+	if _, ok := store.get("uid-1", history.EventCreated); ok {
+		t.Fatal("recorded before the cache synced")
+	}
+	synced.Store(true)
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, ok := store.get("uid-1", history.EventReady)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the rescan never recorded the synced cache's pod: %v", err)
+	}
+	// Observed from now on.
+	r.Handler().OnDelete(notebook(annotate(serverid.AnnotationStopRequested, "culler:idle-culler")))
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, ok := store.get("uid-1", history.EventEnded)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("the end after the rescan was not recorded: %v", err)
+	}
 }

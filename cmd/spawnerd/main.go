@@ -254,7 +254,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	rec, err = recorder.New(recorder.Options{Store: store, AnnotationPrefix: prefix, Events: watcher.Events, Pods: watcher.Pods,
+	rec, err = recorder.New(recorder.Options{Store: store, AnnotationPrefix: prefix, Events: watcher.Events, Pods: watcher.Pods, Synced: watcher.HasSynced,
 		Owns: watcherOpts.Owns, Elected: watcherOpts.Elected, Logger: log.Named("history")})
 	if err != nil {
 		return err

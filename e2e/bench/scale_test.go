@@ -516,7 +516,7 @@ func startInProcess(ctx context.Context, b *testing.B, f *scaleFixture) (*inProc
 	if c.store, err = history.Open(ctx, "sqlite://"+filepath.Join(b.TempDir(), "history.db"), history.Options{Logger: zap.NewNop()}); err != nil {
 		return nil, err
 	}
-	c.rec, err = recorder.New(recorder.Options{Store: c.store, AnnotationPrefix: "galends/", Events: c.w.Events, Pods: c.w.Pods,
+	c.rec, err = recorder.New(recorder.Options{Store: c.store, AnnotationPrefix: "galends/", Events: c.w.Events, Pods: c.w.Pods, Synced: c.w.HasSynced,
 		Owns: owns, Elected: true})
 	if err != nil {
 		return nil, err
