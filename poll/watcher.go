@@ -95,6 +95,11 @@ type Options struct {
 	// the hub is told and the pod is released: the session history records
 	// the end while the pod still exists, so a failover loses nothing.
 	OnStop func(ctx context.Context, pod *corev1.Pod, info StopInfo)
+	// ReleaseClient writes the stop-report finalizer's release; nil: the
+	// watcher's client. A client of its own (its own rate limiter) lets a
+	// burst of stops issue every pod's delete before the releases, which
+	// wait for the hub anyway, take the limiter's tokens.
+	ReleaseClient kubernetes.Interface
 }
 
 // Watcher keeps informer caches of notebook pods and their events, answers
@@ -641,6 +646,14 @@ func (w *Watcher) SetLeading(leading bool) {
 	w.mu.Unlock()
 }
 
+// releaser is the client that releases pods.
+func (w *Watcher) releaser() kubernetes.Interface {
+	if w.opts.ReleaseClient != nil {
+		return w.opts.ReleaseClient
+	}
+	return w.client
+}
+
 // Leading reports whether this watcher runs the stop reaction now.
 func (w *Watcher) Leading() bool { return !w.opts.Elected || w.leading.Load() }
 
@@ -725,7 +738,7 @@ func (w *Watcher) enforceDeadline(ctx context.Context, key cache.ObjectName, pod
 	w.log.Warn("start deadline passed; removing the pod", zap.String("user", pod.Annotations[AnnotationUser]),
 		zap.String("server", pod.Annotations[AnnotationServerName]), zap.String("pod", pod.Name),
 		zap.String("namespace", pod.Namespace), zap.Time("deadline", deadline))
-	if err := Release(ctx, w.client, pod.Namespace, pod.Name, pod.UID, serverid.StopByTimeout); err != nil {
+	if err := Release(ctx, w.releaser(), pod.Namespace, pod.Name, pod.UID, serverid.StopByTimeout); err != nil {
 		return err
 	}
 	return w.deletePod(ctx, pod)
@@ -762,7 +775,7 @@ func (w *Watcher) reactStopped(ctx context.Context, key cache.ObjectName, pod *c
 	}
 	// Told (or nothing to tell): the pod may go now.
 	if serverid.HasFinalizer(pod) && (pod.DeletionTimestamp != nil || rec.deleted || !w.opts.DeleteStoppedPods) {
-		if err := Release(ctx, w.client, pod.Namespace, pod.Name, pod.UID, ""); err != nil {
+		if err := Release(ctx, w.releaser(), pod.Namespace, pod.Name, pod.UID, ""); err != nil {
 			return errors.Join(delErr, err)
 		}
 	}

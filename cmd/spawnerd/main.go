@@ -202,6 +202,12 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	// The stop reaction's finalizer releases get a rate limiter of their
+	// own: in a burst of stops every delete goes out first.
+	releaseClient, err := kubernetes.NewForConfig(kubeclient.Protobuf(restCfg))
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
 
 	notifier, err := newNotifier(*hubAPI, *hubTokenFile, *proxyAPI, *proxyTokenFile, *baseURL, sf.workers, log)
 	if err != nil {
@@ -221,6 +227,7 @@ func serve(args []string) error {
 		Owns:              lifecycle.Ownership(cfg),
 		Elected:           sf.leaseName != "",
 		Workers:           sf.workers,
+		ReleaseClient:     releaseClient,
 	}
 	leaseOpts := sf.options(base.Namespace, rf.identity, log.Named("leader"))
 	if watcherOpts.Elected {
@@ -430,14 +437,21 @@ func debugServer(addr string) *http.Server {
 	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
 
+// hubConnections bounds the stop reaction's connections to the hub (and
+// to the proxy, its fallback).
+const hubConnections = 128
+
 func newNotifier(hubAPI, hubTokenFile, proxyAPI, proxyTokenFile, baseURL string, workers int, log *zap.Logger) (*hubclient.Notifier, error) {
 	if hubAPI == "" && proxyAPI == "" {
 		return nil, nil
 	}
-	// As many idle connections to the hub as stop workers call it at once:
-	// the default two would make most of a burst of stops dial anew.
+	// As many connections to the hub as stop workers call it at once, up
+	// to hubConnections: the default two idle ones would make most of a
+	// burst of stops dial anew, and more than a hundred only cost the
+	// hub's single event loop sockets.
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = max(workers, 2)
+	transport.MaxIdleConnsPerHost = min(max(workers, 2), hubConnections)
+	transport.MaxConnsPerHost = hubConnections
 	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 	n := &hubclient.Notifier{BaseURL: baseURL, Logger: log.Named("hubclient")}
 	if hubAPI != "" {

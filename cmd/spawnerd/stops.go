@@ -32,7 +32,7 @@ func (f *stopFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "lease-duration", 15*time.Second, "how long a Lease holds without renewal: the longest takeover after a replica dies")
 	fs.DurationVar(&f.renewDeadline, "lease-renew-deadline", 10*time.Second, "how long the holder retries renewing before it stops acting")
 	fs.DurationVar(&f.retryWait, "lease-retry-period", 2*time.Second, "time between tries to take or renew a Lease")
-	fs.IntVar(&f.workers, "stop-workers", 64, "stops reacted to at once (each deletes a pod, records its end and tells the hub); also the idle connections kept to the hub")
+	fs.IntVar(&f.workers, "stop-workers", 1024, "stops reacted to at once (each deletes a pod, records its end and tells the hub, then releases the pod); a worker is a goroutine waiting on the API server")
 }
 
 // kubeFlags bound spawnerd's own rate of Kubernetes API requests (the

@@ -26,6 +26,10 @@ import (
 	"github.com/dsmlp/spawner/spawner"
 )
 
+// stormProfileWindow is how long spawnerd's CPU profile runs from the
+// storm's start.
+const stormProfileWindow = 5 * time.Second
+
 // spawnerdQPS and spawnerdBurst are spawnerd's default client-go limits
 // (--kube-qps, --kube-burst). The storm passes them to spawnerd and gives
 // the bare loop the same, so that the comparison is of the work done, not
@@ -163,13 +167,22 @@ func BenchmarkSpawnStorm(b *testing.B) {
 	// that their pods can be compared.
 	var spawned, created *corev1.Pod // the first user's pod from each storm
 	throughSpawnerd := func(i int, us []string) {
-		f := newFleet(b, harness.SpawnerdOptions{Args: []string{
+		debugAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(b))
+		f := newFleet(b, harness.SpawnerdOptions{Args: []string{"--debug-listen", debugAddr,
 			"--kube-qps", strconv.Itoa(spawnerdQPS), "--kube-burst", strconv.Itoa(spawnerdBurst)}})
 		show(f.cpu.settle(b.Context(), settleWait))
 		before, err := scrape(b.Context(), f.api.URL)
 		if err != nil {
 			b.Fatal(err)
 		}
+		// Where spawnerd's CPU goes in the storm's first seconds, when
+		// every client's POST is in flight.
+		var (
+			prof    []byte
+			profErr error
+			profWG  sync.WaitGroup
+		)
+		profWG.Go(func() { prof, profErr = fetchProfile(b.Context(), debugAddr, stormProfileWindow) })
 		cpu0 := f.cpu.sample()
 		b.StartTimer()
 		r, err := f.spawnAsHub(b.Context(), us)
@@ -177,6 +190,13 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		cpu1 := f.cpu.sample()
 		if err != nil {
 			b.Fatalf("storm through spawnerd: %v", err)
+		}
+		profWG.Wait()
+		if profErr == nil {
+			profErr = pprofTop(b.Context(), b, fmt.Sprintf("spawnerd, the storm's first %s", stormProfileWindow), prof)
+		}
+		if profErr != nil {
+			b.Error(profErr)
 		}
 		if err := checkRunning(b.Context(), f.c, us); err != nil {
 			b.Error(err)
