@@ -110,7 +110,7 @@ func TestFollowSaysWhenEventsAreMissing(t *testing.T) {
 			if stepped < eventSettle {
 				t.Fatalf("ready after %s of fake time, want the %s wait: %q", stepped, eventSettle, messages(evs))
 			}
-			want := []string{"The server is running; Kubernetes has not reported its Scheduled and Started events yet (waited 5s).", "Server ready at http://10.0.0.7:8888"}
+			want := []string{"The server is running; Kubernetes has not reported its Scheduled and Started events yet (waited 1s).", "Server ready at http://10.0.0.7:8888"}
 			if got := messages(evs); strings.Join(got, "|") != strings.Join(want, "|") {
 				t.Fatalf("progress %q, want %q", got, want)
 			}
