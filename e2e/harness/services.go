@@ -25,12 +25,30 @@ import (
 // range the kernel gives outgoing connections (see devcluster.FreePort).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	port, err := devcluster.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		port, err := devcluster.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
-	return port
+	t.Fatal("no free port that was not handed out before")
+	return 0
 }
+
+// handedOut are the ports FreePort returned in this test binary. A port is
+// free only until its user binds it; in that window (a hub starting takes
+// seconds) a second random pick could return it again, and one of the two
+// then fails to bind (seen: a hub's "Address already in use").
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 // BuildBinary builds a command of this module (e.g. "./cmd/spawnerd") into dir.
 func BuildBinary(repo, pkg, dir string) (string, error) {
