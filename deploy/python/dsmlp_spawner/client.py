@@ -94,6 +94,26 @@ def _close_when_connected(connecting):
         connecting.result().close()
 
 
+# One AsyncHTTPClient per event loop and size, shared by every spawner of the hub.
+_http_clients = {}
+
+
+def shared_http_client(max_clients):
+    """shared_http_client returns the hub process's client for spawnerd calls.
+
+    It is an instance of its own, not the hub's shared one: that one has tornado's 10 slots and
+    carries the hub's calls to the proxy too, so a burst of spawns would queue behind them (and
+    time out in the queue) and delay the proxy's routes. It keeps the hub's configuration of
+    AsyncHTTPClient (pycurl, TLS defaults).
+    """
+    key = (id(asyncio.get_running_loop()), max_clients)
+    client = _http_clients.get(key)
+    if client is None:
+        client = AsyncHTTPClient(force_instance=True, max_clients=max_clients)
+        _http_clients[key] = client
+    return client
+
+
 class Client:
     """Client calls spawnerd on behalf of one hub user at a time.
 
@@ -101,7 +121,9 @@ class Client:
     one is minted per request so none outlives its 60 s lifetime.
     """
 
-    def __init__(self, base_url, token_for, timeout, http_client=None, ping_interval=None, read_token_for=None):
+    def __init__(
+        self, base_url, token_for, timeout, http_client=None, ping_interval=None, read_token_for=None, max_clients=64
+    ):
         self._base = base_url.rstrip("/")
         self._token_for = token_for
         # Reads (GET) may share a token (spawnerd accepts one again for reads
@@ -112,8 +134,9 @@ class Client:
         # the socket is noticed within about 2 * ping_interval + timeout
         # seconds, plus tornado's 5 s wait for the close handshake.
         self._ping_interval = ping_interval
-        # The hub configures AsyncHTTPClient (pycurl when installed), so use its instance.
+        # Tests pass a client; otherwise shared_http_client(max_clients).
         self._http = http_client
+        self._max_clients = max_clients
 
     def _headers(self, user, admin, read=False):
         token_for = self._read_token_for if read else self._token_for
@@ -138,7 +161,7 @@ class Client:
             connect_timeout=self._timeout,
             request_timeout=self._timeout,
         )
-        http = self._http or AsyncHTTPClient()
+        http = self._http or shared_http_client(self._max_clients)
         try:
             response = await http.fetch(request, raise_error=False)
         except asyncio.CancelledError:

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import jupyterhub
 from jupyterhub.spawner import Spawner
 from tornado import web
-from traitlets import Float, List, Unicode, default
+from traitlets import Float, Integer, List, Unicode, default
 
 from . import form, requester
 from .auth import SecretError, TokenSigner, read_secret
@@ -71,6 +71,14 @@ class RemoteKubeSpawner(Spawner):
     request_timeout = Float(
         10,
         help="Seconds to wait for spawnerd to connect and answer one request.",
+    ).tag(config=True)
+
+    http_max_clients = Integer(
+        64,
+        help="""Requests to spawnerd in flight at once from this hub (more wait in the client's
+        queue, within request_timeout). They go through a client of their own, not the hub's
+        shared one (10 at once, also used for the proxy), so a burst of spawns neither waits
+        behind the hub's proxy calls nor delays them.""",
     ).tag(config=True)
 
     stop_wait = Float(
@@ -156,6 +164,8 @@ class RemoteKubeSpawner(Spawner):
                 f"RemoteKubeSpawner.request_timeout ({self.request_timeout:g} s) must be greater "
                 f"than RemoteKubeSpawner.stop_wait ({self.stop_wait:g} s), and stop_wait above 0"
             )
+        if self.http_max_clients < 1:
+            raise ValueError(f"RemoteKubeSpawner.http_max_clients must be at least 1, got {self.http_max_clients}")
         signer = TokenSigner(self._secret)
         self._client = Client(
             self.service_url,
@@ -163,6 +173,7 @@ class RemoteKubeSpawner(Spawner):
             self.request_timeout,
             ping_interval=self.progress_ping_interval or None,
             read_token_for=signer.read_token,
+            max_clients=self.http_max_clients,
         )
         try:
             self._secret()
