@@ -199,11 +199,17 @@ func newRecorder(t *testing.T, store Store, pods ...*corev1.Pod) *Recorder {
 func running(t *testing.T, store Store) *Recorder {
 	t.Helper()
 	r := newRecorder(t, store)
+	runWriter(t, r)
+	return r
+}
+
+// runWriter runs r's writer until the test ends.
+func runWriter(t *testing.T, r *Recorder) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return r
 }
 
 func TestObserveRecordsTheLife(t *testing.T) {
@@ -290,10 +296,7 @@ func TestWriteFailureIsRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runWriter(t, r)
 	// The store is down: the stop waits WriteTimeout, no longer, and the
 	// records stay queued.
 	begin := time.Now()
@@ -303,7 +306,7 @@ func TestWriteFailureIsRetried(t *testing.T) {
 	}
 	// Between retries the batch is back in the queue (during one, it is
 	// out with the store).
-	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
 		return r.pendingLen() > 0, nil
 	})
 	if err != nil {
@@ -353,10 +356,7 @@ func TestStoppedWaitsForTheEndTheObserverQueued(t *testing.T) {
 	r.rescanPods(context.Background()) // an empty cache: this test drives the handler
 	evicted := notebook(func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })
 	r.Handler().OnUpdate(nil, evicted)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runWriter(t, r)
 
 	info, stopped := poll.StopOf(evicted)
 	if !stopped {
@@ -455,10 +455,7 @@ func TestRescanWaitsForTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runWriter(t, r)
 	r.SetLeading(true)
 	// The LIST arrives: the handler sees the add before the rescan ran.
 	r.Handler().OnAdd(pod, true)
@@ -467,7 +464,7 @@ func TestRescanWaitsForTheCache(t *testing.T) {
 		t.Fatal("recorded before the cache synced")
 	}
 	synced.Store(true)
-	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		_, ok := store.get("uid-1", history.EventReady)
 		return ok, nil
 	})
@@ -476,7 +473,7 @@ func TestRescanWaitsForTheCache(t *testing.T) {
 	}
 	// Observed from now on.
 	r.Handler().OnDelete(notebook(annotate(serverid.AnnotationStopRequested, "culler:idle-culler")))
-	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		_, ok := store.get("uid-1", history.EventEnded)
 		return ok, nil
 	})
