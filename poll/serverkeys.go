@@ -72,11 +72,11 @@ func (s *serverKeys) remove(pod *corev1.Pod) {
 	s.removeLocked(k, pod)
 }
 
-// appendTo appends the pods of key to out.
-func (s *serverKeys) appendTo(out []*corev1.Pod, key string) []*corev1.Pod {
+// of returns a copy of the pods of key.
+func (s *serverKeys) of(key string) []*corev1.Pod {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return append(out, s.m[key]...)
+	return slices.Clone(s.m[key])
 }
 
 // only returns the pod of key when it is the only one, and how many there are.

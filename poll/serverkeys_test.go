@@ -33,8 +33,8 @@ func TestServerKeysFollowTheStore(t *testing.T) {
 	if p, n := s.only("ka"); p != nil || n != 2 {
 		t.Errorf("two pods: only = %v, %d", p, n)
 	}
-	if got := s.appendTo(nil, "ka"); len(got) != 2 {
-		t.Errorf("appendTo = %d pods, want 2", len(got))
+	if got := s.of("ka"); len(got) != 2 {
+		t.Errorf("of = %d pods, want 2", len(got))
 	}
 	// A changed label moves the pod.
 	a3 := keyedPod("jhub", "jupyter-a", "kb", "4")

@@ -409,7 +409,7 @@ func (w *Watcher) Pods() []*corev1.Pod {
 // serverid.Key), in every watched namespace, oldest first. Shared cache
 // objects: never modify them.
 func (w *Watcher) PodsOf(key string) []*corev1.Pod {
-	out := w.keys.appendTo(nil, key)
+	out := w.keys.of(key)
 	if len(out) > 1 {
 		sort.Slice(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
 	}
