@@ -65,20 +65,30 @@ start() {
   [[ -z ${PG_LISTEN:-} ]] || listen+=",$PG_LISTEN"
   local opts="-c listen_addresses=$listen -k $dir -c fsync=off -c synchronous_commit=off"
   opts+=" -c full_page_writes=off -c shared_buffers=64MB -c max_connections=200"
-  # A port picked at random may be taken by the time the server binds it (another cluster starting
-  # in parallel): then try another.
+  # Random ports are picked below the kernel's ephemeral range: a port in it can be held by any
+  # outgoing connection (e.g. this machine talking to a container from the gateway address).
+  local ephemeral_low
+  ephemeral_low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  ((ephemeral_low > 21000)) || ephemeral_low=32768
+  # A port picked at random may still be taken by the time the server binds it (another cluster
+  # starting in parallel): then try another. PostgreSQL starts when it could bind any one of its
+  # addresses, so a port it could not bind on every address counts as taken too.
   local tries=0
   while :; do
     local p=$port
-    [[ -n $p ]] || p=$((20000 + RANDOM % 40000))
+    [[ -n $p ]] || p=$((20000 + RANDOM % (ephemeral_low - 20000)))
+    as_owner truncate -s 0 "$dir/postgres.log"
     if as_owner "$bindir/pg_ctl" start -D "$data" -l "$dir/postgres.log" -w -t 60 \
       -o "-p $p $opts" >/dev/null 2>&1; then
-      port=$p
-      break
+      if ! grep -q "could not bind" "$dir/postgres.log"; then
+        port=$p
+        break
+      fi
+      stop
     fi
     tries=$((tries + 1))
     if [[ -n $port ]] || ((tries >= 20)) || ! grep -q "could not bind\|Address already in use" "$dir/postgres.log"; then
-      echo "postgres: the server did not start; its log:" >&2
+      echo "postgres: the server did not start on every address of $listen; its log:" >&2
       tail -n 20 "$dir/postgres.log" >&2
       exit 1
     fi
