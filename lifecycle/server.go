@@ -194,7 +194,7 @@ func (m *Manager) server(key Key, hint Hint) (*Server, basis) {
 	// A running or pending server's answer depends on its pod, its spawn
 	// and the time (the age) only, when the pod is its one pod whatever the
 	// hint and no Spark cluster can add to it.
-	if sole && st.Pod == pod && (s.Status == StatusRunning || s.Status == StatusPending) && m.sparkOff() {
+	if sole && sameVersion(st.Pod, pod) && (s.Status == StatusRunning || s.Status == StatusPending) && m.sparkOff() {
 		b.ok, b.uid, b.rv, b.created = true, pod.UID, pod.ResourceVersion, pod.CreationTimestamp.Time
 	}
 	return s, b
@@ -428,13 +428,19 @@ func stopMessage(s poll.StopInfo) string {
 
 func ptrInt(i int) *int { return &i }
 
+// sameVersion reports whether two pods read from the cache are the same
+// state of the same pod. Each read makes a new object (poll's cache keeps a
+// compact form), so the pointers differ.
+func sameVersion(a, b *corev1.Pod) bool {
+	return a != nil && b != nil && a.UID == b.UID && a.ResourceVersion == b.ResourceVersion
+}
+
 func podURL(pod *corev1.Pod, s *spawner.Settings) string { return spawner.PodURL(pod, s) }
 
 // Answers keeps each server's poll answer, encoded, for as long as what it
 // was made of is unchanged: the pod (its UID and resourceVersion) and the
-// spawn's state. A poll of a kept answer costs an index lookup and a copy,
-// with the age written anew, and allocates nothing but client-go's index
-// lookup's one-element slice. Answers that depend on
+// spawn's state. A poll of a kept answer costs a map lookup and a copy,
+// with the age written anew, and allocates nothing. Answers that depend on
 // the hint, on the time otherwise than by the age, on the session history
 // or on a Spark cluster (those of every stopped or absent server) are made
 // afresh at every poll. Make one with Manager.NewAnswers; it is safe for
@@ -442,7 +448,7 @@ func podURL(pod *corev1.Pod, s *spawner.Settings) string { return spawner.PodURL
 type Answers struct {
 	m *Manager
 	// only is the watcher's OnlyPodOf, else one made of PodsOf.
-	only func(key string) (*corev1.Pod, int)
+	only func(key string) (poll.PodVersion, int)
 	mu   sync.RWMutex
 	kept map[Key]*answer
 }
@@ -465,16 +471,16 @@ const ageField = `,"age":"`
 func (m *Manager) NewAnswers() *Answers {
 	a := &Answers{m: m, kept: map[Key]*answer{}}
 	if w, ok := m.watcher.(interface {
-		OnlyPodOf(key string) (*corev1.Pod, int)
+		OnlyPodOf(key string) (poll.PodVersion, int)
 	}); ok {
 		a.only = w.OnlyPodOf
 	} else {
-		a.only = func(key string) (*corev1.Pod, int) {
+		a.only = func(key string) (poll.PodVersion, int) {
 			pods := m.watcher.PodsOf(key)
 			if len(pods) != 1 {
-				return nil, len(pods)
+				return poll.PodVersion{}, len(pods)
 			}
-			return pods[0], 1
+			return poll.PodVersion{UID: pods[0].UID, ResourceVersion: pods[0].ResourceVersion}, 1
 		}
 	}
 	return a

@@ -160,7 +160,7 @@ func benchWatcher(b *testing.B, n int) *Watcher {
 		if err := idx.Add(obj); err != nil {
 			b.Fatal(err)
 		}
-		w.keys.set(nil, obj.(*corev1.Pod))
+		w.keys.set(nil, obj.(*cachedPod))
 	}
 	// The store was filled by hand, not by a LIST.
 	w.spaces[testNS].podsSynced = func() bool { return true }
@@ -249,8 +249,10 @@ func BenchmarkCacheMemoryPerPod(b *testing.B) {
 			if err := idx.Add(obj); err != nil {
 				b.Fatal(err)
 			}
-			// What the pod handler keeps of it.
-			w.keys.set(nil, obj.(*corev1.Pod))
+			// What the pod handler keeps of it (untrimmed pods: nothing).
+			if c, ok := obj.(*cachedPod); ok {
+				w.keys.set(nil, c)
+			}
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&mid)

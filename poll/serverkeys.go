@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/dsmlp/spawner/serverid"
 )
 
@@ -17,15 +15,15 @@ import (
 // slice.
 type serverKeys struct {
 	mu sync.RWMutex
-	m  map[string][]*corev1.Pod
+	m  map[string][]*cachedPod
 }
 
-func newServerKeys() *serverKeys { return &serverKeys{m: map[string][]*corev1.Pod{}} }
+func newServerKeys() *serverKeys { return &serverKeys{m: map[string][]*cachedPod{}} }
 
 // set files pod under its key in place of an older object of the same pod
 // (same namespace and name), or removes that pod when pod is nil; old is
 // the object it replaces (nil on an add). A changed label moves it.
-func (s *serverKeys) set(old, pod *corev1.Pod) {
+func (s *serverKeys) set(old, pod *cachedPod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old != nil {
@@ -50,8 +48,8 @@ func (s *serverKeys) set(old, pod *corev1.Pod) {
 	s.m[k] = append(pods, pod)
 }
 
-func (s *serverKeys) removeLocked(k string, pod *corev1.Pod) {
-	pods := slices.DeleteFunc(s.m[k], func(p *corev1.Pod) bool {
+func (s *serverKeys) removeLocked(k string, pod *cachedPod) {
+	pods := slices.DeleteFunc(s.m[k], func(p *cachedPod) bool {
 		return p.Namespace == pod.Namespace && p.Name == pod.Name
 	})
 	if len(pods) == 0 {
@@ -62,7 +60,7 @@ func (s *serverKeys) removeLocked(k string, pod *corev1.Pod) {
 }
 
 // remove drops the pod (by namespace and name) from its key.
-func (s *serverKeys) remove(pod *corev1.Pod) {
+func (s *serverKeys) remove(pod *cachedPod) {
 	k := pod.Labels[serverid.LabelKey]
 	if k == "" {
 		return
@@ -73,19 +71,20 @@ func (s *serverKeys) remove(pod *corev1.Pod) {
 }
 
 // of returns a copy of the pods of key.
-func (s *serverKeys) of(key string) []*corev1.Pod {
+func (s *serverKeys) of(key string) []*cachedPod {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return slices.Clone(s.m[key])
 }
 
-// only returns the pod of key when it is the only one, and how many there are.
-func (s *serverKeys) only(key string) (*corev1.Pod, int) {
+// only returns the version of key's pod when it is the only one, and how
+// many there are.
+func (s *serverKeys) only(key string) (PodVersion, int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	pods := s.m[key]
 	if len(pods) != 1 {
-		return nil, len(pods)
+		return PodVersion{}, len(pods)
 	}
-	return pods[0], 1
+	return pods[0].version(), 1
 }

@@ -16,37 +16,29 @@ import (
 // bigger than everything else the cache keeps of a pod.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// trimPod is the pod informer's cache.TransformFunc. It builds a new pod
-// holding only what Status, the admin list, the session history and the stop
-// reaction read, so the decoded original (env, volumes, affinity,
-// managedFields, ...) becomes garbage. It is idempotent, as
-// client-go requires of transforms.
+// trimPod is the pod informer's cache.TransformFunc. It builds the cached
+// form of a pod (cachedPod), holding only what Status, the admin list, the
+// session history and the stop reaction read, so the decoded original (env,
+// volumes, affinity, managedFields, ...) becomes garbage. It is idempotent,
+// as client-go requires of transforms: a cachedPod passes through.
 func trimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		// cache.DeletedFinalStateUnknown and friends pass through.
 		return obj, nil
 	}
-	out := &corev1.Pod{
+	out := &cachedPod{
 		ObjectMeta: trimMeta(pod.ObjectMeta),
-		Spec: corev1.PodSpec{
-			NodeName:   intern(pod.Spec.NodeName),
-			Containers: make([]corev1.Container, len(pod.Spec.Containers)),
-		},
-		Status: corev1.PodStatus{
-			Phase:   intern(pod.Status.Phase),
-			Reason:  intern(pod.Status.Reason),
-			Message: pod.Status.Message,
-			PodIP:   pod.Status.PodIP,
-		},
+		nodeName:   intern(pod.Spec.NodeName),
+		phase:      intern(pod.Status.Phase),
+		reason:     intern(pod.Status.Reason),
+		message:    pod.Status.Message,
+		podIP:      pod.Status.PodIP,
+		containers: make([]cachedContainer, len(pod.Spec.Containers)),
 	}
 	for i, c := range pod.Spec.Containers {
 		// Ports give the URL: KubeSpawner reads the port named notebook-port.
-		out.Spec.Containers[i] = corev1.Container{
-			Name:  intern(c.Name),
-			Image: intern(c.Image),
-			Ports: c.Ports,
-		}
+		out.containers[i] = cachedContainer{name: intern(c.Name), image: intern(c.Image), ports: c.Ports}
 	}
 	n := 0
 	for _, c := range pod.Status.Conditions {
@@ -55,13 +47,13 @@ func trimPod(obj any) (any, error) {
 		}
 	}
 	if n > 0 {
-		out.Status.Conditions = make([]corev1.PodCondition, 0, n)
+		out.conditions = make([]corev1.PodCondition, 0, n)
 	}
 	for _, c := range pod.Status.Conditions {
 		if !keptConditions[c.Type] {
 			continue
 		}
-		out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{
+		out.conditions = append(out.conditions, corev1.PodCondition{
 			Type:               intern(c.Type),
 			Status:             intern(c.Status),
 			Reason:             intern(c.Reason),
@@ -69,7 +61,7 @@ func trimPod(obj any) (any, error) {
 			LastTransitionTime: c.LastTransitionTime,
 		})
 	}
-	out.Status.ContainerStatuses = trimContainerStatuses(pod.Status.ContainerStatuses)
+	out.containerStatuses = trimContainerStatuses(pod.Status.ContainerStatuses)
 	return out, nil
 }
 

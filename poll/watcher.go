@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -225,7 +224,6 @@ type space struct {
 	namespace string
 	factory   informers.SharedInformerFactory
 	pods      cache.SharedIndexInformer
-	lister    corelisters.PodLister
 	// podsSynced reports that the pod handler has seen the first LIST;
 	// benchmarks that fill the store by hand replace it.
 	podsSynced func() bool
@@ -242,8 +240,8 @@ func (w *Watcher) newSpace(ns string) (*space, error) {
 		informers.WithTransform(trimPod),
 	)
 	podInformer := sp.factory.Core().V1().Pods()
+	// Not the typed lister: the store holds cachedPods (see trimPod).
 	sp.pods = podInformer.Informer()
-	sp.lister = podInformer.Lister()
 	reg, err := sp.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    w.podAdded,
 		UpdateFunc: w.podUpdated,
@@ -254,7 +252,11 @@ func (w *Watcher) newSpace(ns string) (*space, error) {
 	}
 	sp.podsSynced = reg.HasSynced
 
-	sp.events = newEventCache(func(k cache.ObjectName) bool { _, ok := w.cachedPod(k); return ok }, w.signal, w.clock)
+	cached := func(k cache.ObjectName) bool {
+		_, exists, err := sp.pods.GetIndexer().GetByKey(k.String())
+		return err == nil && exists
+	}
+	sp.events = newEventCache(cached, w.signal, w.clock)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = eventFieldSelector
@@ -271,11 +273,13 @@ func (w *Watcher) newSpace(ns string) (*space, error) {
 }
 
 // AddPodHandler adds a handler to the pod informer of every watched
-// namespace (the session history observes the pods this way). Add it
-// before Run.
+// namespace (the session history observes the pods this way). It is handed
+// *corev1.Pod objects, or cache.DeletedFinalStateUnknown holding one, made
+// from the cache: shared with it, never modify them. Add it before Run.
 func (w *Watcher) AddPodHandler(h cache.ResourceEventHandler) error {
+	asPods := podHandler{h}
 	for ns, sp := range w.spaces {
-		if _, err := sp.pods.AddEventHandler(h); err != nil {
+		if _, err := sp.pods.AddEventHandler(asPods); err != nil {
 			return fmt.Errorf("adding a pod handler for namespace %q: %w", ns, err)
 		}
 	}
@@ -390,38 +394,41 @@ func (w *Watcher) Status(namespace, pod string) Status {
 	return st
 }
 
-// Pods returns all cached pods. They are shared cache objects, trimmed by
-// trimPod: never modify them.
+// Pods returns all cached pods, as kept by trimPod. Their maps and slices
+// are the cache's: never modify them.
 func (w *Watcher) Pods() []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, sp := range w.spaces {
-		pods, err := sp.lister.List(labels.Everything())
-		if err != nil {
-			// The lister only fails on a bad selector.
-			continue
+		for _, obj := range sp.pods.GetIndexer().List() {
+			if pod := asPod(obj); pod != nil {
+				out = append(out, pod)
+			}
 		}
-		out = append(out, pods...)
 	}
 	return out
 }
 
 // PodsOf returns the cached pods labelled with a server's key (see
-// serverid.Key), in every watched namespace, oldest first. Shared cache
-// objects: never modify them.
+// serverid.Key), in every watched namespace, oldest first. Their maps and
+// slices are the cache's: never modify them.
 func (w *Watcher) PodsOf(key string) []*corev1.Pod {
-	out := w.keys.of(key)
-	if len(out) > 1 {
-		sort.Slice(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
+	cached := w.keys.of(key)
+	if len(cached) > 1 {
+		sort.Slice(cached, func(i, j int) bool { return cached[i].CreationTimestamp.Before(&cached[j].CreationTimestamp) })
+	}
+	out := make([]*corev1.Pod, len(cached))
+	for i, c := range cached {
+		out[i] = c.pod()
 	}
 	return out
 }
 
-// OnlyPodOf returns the cached pod labelled with a server's key when it is
-// the only one, and how many there are (PodsOf lists them when not one).
-// It allocates nothing of its own: the poll's answer cache checks with it,
-// at every hit, that the pod it answered from is still the server's one pod.
-// A shared cache object: never modify it.
-func (w *Watcher) OnlyPodOf(key string) (*corev1.Pod, int) {
+// OnlyPodOf returns the version of the cached pod labelled with a server's
+// key when it is the only one, and how many there are (PodsOf lists them
+// when not one). It allocates nothing: the poll's answer cache checks with
+// it, at every hit, that the pod it answered from is still the server's one
+// pod, unchanged.
+func (w *Watcher) OnlyPodOf(key string) (PodVersion, int) {
 	return w.keys.only(key)
 }
 
@@ -502,8 +509,17 @@ func (w *Watcher) ForgetStop(namespace, pod string) {
 	w.signal(key)
 }
 
-// cachedPod reads the pod cache.
+// cachedPod reads the pod cache, as a corev1.Pod.
 func (w *Watcher) cachedPod(key cache.ObjectName) (*corev1.Pod, bool) {
+	c, ok := w.lookup(key)
+	if !ok {
+		return nil, false
+	}
+	return c.pod(), true
+}
+
+// lookup reads the pod cache as it is kept.
+func (w *Watcher) lookup(key cache.ObjectName) (*cachedPod, bool) {
 	sp := w.spaceOf(key.Namespace)
 	if sp == nil {
 		return nil, false
@@ -512,7 +528,7 @@ func (w *Watcher) cachedPod(key cache.ObjectName) (*corev1.Pod, bool) {
 	if err != nil || !exists {
 		return nil, false
 	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*cachedPod)
 	return pod, ok
 }
 
@@ -528,7 +544,7 @@ func (w *Watcher) signal(key cache.ObjectName) {
 }
 
 func (w *Watcher) podAdded(obj any) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := obj.(*cachedPod)
 	if !ok {
 		return
 	}
@@ -542,8 +558,8 @@ func (w *Watcher) podAdded(obj any) {
 }
 
 func (w *Watcher) podUpdated(oldObj, newObj any) {
-	oldPod, ok1 := oldObj.(*corev1.Pod)
-	newPod, ok2 := newObj.(*corev1.Pod)
+	oldPod, ok1 := oldObj.(*cachedPod)
+	newPod, ok2 := newObj.(*cachedPod)
 	if !ok1 || !ok2 {
 		return
 	}
@@ -556,7 +572,7 @@ func (w *Watcher) podUpdated(oldObj, newObj any) {
 	key := cache.MetaObjectToName(newPod)
 	// When the informer delivered a failure, to tell informer lag from
 	// queue lag (the stop benchmark reads it).
-	if newPod.Status.Phase == corev1.PodFailed && oldPod.Status.Phase != corev1.PodFailed {
+	if newPod.phase == corev1.PodFailed && oldPod.phase != corev1.PodFailed {
 		if ce := w.log.Check(zap.DebugLevel, "pod failed: seen by the informer"); ce != nil {
 			ce.Write(zap.String("user", newPod.Annotations[serverid.AnnotationUser]), zap.String("server", newPod.Annotations[serverid.AnnotationServer]),
 				zap.String("pod", newPod.Name), zap.String("namespace", newPod.Namespace), zap.Int("queue", w.queue.Len()))
@@ -572,11 +588,12 @@ func (w *Watcher) podDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	pod, ok := obj.(*corev1.Pod)
+	cached, ok := obj.(*cachedPod)
 	if !ok {
 		return
 	}
-	w.keys.remove(pod)
+	w.keys.remove(cached)
+	pod := cached.pod()
 	key := cache.MetaObjectToName(pod)
 	w.mu.Lock()
 	m := w.gone[key]
@@ -636,8 +653,12 @@ func (w *Watcher) SetLeading(leading bool) {
 	if !leading {
 		return
 	}
-	for _, pod := range w.Pods() {
-		w.queue.Add(cache.MetaObjectToName(pod))
+	for _, sp := range w.spaces {
+		for _, key := range sp.pods.GetIndexer().ListKeys() {
+			if name, err := cache.ParseObjectName(key); err == nil {
+				w.queue.Add(name)
+			}
+		}
 	}
 	w.mu.Lock()
 	for key := range w.gone {
@@ -972,7 +993,7 @@ func (w *Watcher) notify(ctx context.Context, uid types.UID) error {
 	if !skip {
 		// A newer pod of that name means the server was spawned again;
 		// reporting the old stop would stop the new server.
-		if cur, ok := w.cachedPod(rec.key); ok && cur.UID != uid {
+		if cur, ok := w.lookup(rec.key); ok && cur.UID != uid {
 			skip = true
 		}
 	}
@@ -1021,9 +1042,38 @@ func (w *Watcher) sweep() {
 		if _, pending := w.gone[rec.key][uid]; pending || now.Sub(rec.at) < stopRetention {
 			continue
 		}
-		if cur, ok := w.cachedPod(rec.key); ok && cur.UID == uid {
+		if cur, ok := w.lookup(rec.key); ok && cur.UID == uid {
 			continue
 		}
 		delete(w.records, uid)
+	}
+}
+
+// podHandler hands a handler added with AddPodHandler corev1.Pods made from
+// the cached ones.
+type podHandler struct{ h cache.ResourceEventHandler }
+
+func (p podHandler) OnAdd(obj any, isInInitialList bool) {
+	if pod := asPod(obj); pod != nil {
+		p.h.OnAdd(pod, isInInitialList)
+	}
+}
+
+func (p podHandler) OnUpdate(oldObj, newObj any) {
+	oldPod, newPod := asPod(oldObj), asPod(newObj)
+	if oldPod != nil && newPod != nil {
+		p.h.OnUpdate(oldPod, newPod)
+	}
+}
+
+func (p podHandler) OnDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		if pod := asPod(d.Obj); pod != nil {
+			p.h.OnDelete(cache.DeletedFinalStateUnknown{Key: d.Key, Obj: pod})
+		}
+		return
+	}
+	if pod := asPod(obj); pod != nil {
+		p.h.OnDelete(pod)
 	}
 }

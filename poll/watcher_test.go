@@ -177,7 +177,7 @@ func TestReactionDeletedFinalStateUnknown(t *testing.T) {
 	}
 	pod := newPod("jupyter-erin").user("erin", "").running(true).obj()
 	key := cache.MetaObjectToName(pod)
-	w.podDeleted(cache.DeletedFinalStateUnknown{Key: key.String(), Obj: pod})
+	w.podDeleted(cache.DeletedFinalStateUnknown{Key: key.String(), Obj: cached(t, pod)})
 	if err := w.sync(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestReactionSkipsReportWhenPodRespawned(t *testing.T) {
 	w := startWatcher(t, client, Options{Notifier: n})
 	// The old pod's deletion is seen while the new pod is already cached.
 	key := cache.MetaObjectToName(old)
-	w.podDeleted(old)
+	w.podDeleted(cached(t, old))
 	waitFor(t, "old stop processed", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -342,7 +342,7 @@ func TestSweepExpiresStops(t *testing.T) {
 	pod := newPod("jupyter-kim").running(true).obj()
 	key := cache.MetaObjectToName(pod)
 	w.spaces[testNS].events.Replace(nil, "1")
-	w.podDeleted(pod)
+	w.podDeleted(cached(t, pod))
 	if err := w.sync(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
