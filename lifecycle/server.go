@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dsmlp/spawner/history"
 	"github.com/dsmlp/spawner/poll"
@@ -112,9 +111,8 @@ func (m *Manager) Server(key Key, hint Hint) *Server {
 // long as they are unchanged (see Answers): ok is false for any other.
 type basis struct {
 	ok bool
-	// uid and rv are the pod's UID and resourceVersion.
-	uid types.UID
-	rv  string
+	// version is the pod's UID and resourceVersion.
+	version poll.PodVersion
 	// sp is the server's spawn in this process, if any, and done, url and
 	// failed its result when the answer was made.
 	sp          *spawn
@@ -195,7 +193,7 @@ func (m *Manager) server(key Key, hint Hint) (*Server, basis) {
 	// and the time (the age) only, when the pod is its one pod whatever the
 	// hint and no Spark cluster can add to it.
 	if sole && sameVersion(st.Pod, pod) && (s.Status == StatusRunning || s.Status == StatusPending) && m.sparkOff() {
-		b.ok, b.uid, b.rv, b.created = true, pod.UID, pod.ResourceVersion, pod.CreationTimestamp.Time
+		b.ok, b.version, b.created = true, poll.VersionOf(pod), pod.CreationTimestamp.Time
 	}
 	return s, b
 }
@@ -432,7 +430,7 @@ func ptrInt(i int) *int { return &i }
 // state of the same pod. Each read makes a new object (poll's cache keeps a
 // compact form), so the pointers differ.
 func sameVersion(a, b *corev1.Pod) bool {
-	return a != nil && b != nil && a.UID == b.UID && a.ResourceVersion == b.ResourceVersion
+	return a != nil && b != nil && poll.VersionOf(a) == poll.VersionOf(b)
 }
 
 func podURL(pod *corev1.Pod, s *spawner.Settings) string { return spawner.PodURL(pod, s) }
@@ -480,7 +478,7 @@ func (m *Manager) NewAnswers() *Answers {
 			if len(pods) != 1 {
 				return poll.PodVersion{}, len(pods)
 			}
-			return poll.PodVersion{UID: pods[0].UID, ResourceVersion: pods[0].ResourceVersion}, 1
+			return poll.VersionOf(pods[0]), 1
 		}
 	}
 	return a
@@ -508,8 +506,8 @@ func (a *Answers) AppendJSON(dst []byte, key Key, hint Hint) ([]byte, error) {
 // current reports whether an answer's pod is still the server's one pod,
 // unchanged, and its spawn's state what it was.
 func (a *Answers) current(key Key, e *answer) bool {
-	pod, n := a.only(e.labelKey)
-	if n != 1 || pod.UID != e.uid || pod.ResourceVersion != e.rv {
+	v, n := a.only(e.labelKey)
+	if n != 1 || v != e.version {
 		return false
 	}
 	a.m.mu.Lock()

@@ -63,18 +63,20 @@ type PodVersion struct {
 	ResourceVersion string
 }
 
+// VersionOf returns a pod's version.
+func VersionOf(pod *corev1.Pod) PodVersion {
+	return PodVersion{UID: pod.UID, ResourceVersion: pod.ResourceVersion}
+}
+
 func (c *cachedPod) version() PodVersion {
 	return PodVersion{UID: c.UID, ResourceVersion: c.ResourceVersion}
 }
 
-// asPod returns the pod an informer handed a handler: a cached pod made
-// into a corev1.Pod, a corev1.Pod as is (tests feed those), nil otherwise.
+// asPod returns the pod an informer handed a handler, a cached pod, made
+// into a corev1.Pod; nil for anything else.
 func asPod(obj any) *corev1.Pod {
-	switch p := obj.(type) {
-	case *cachedPod:
-		return p.pod()
-	case *corev1.Pod:
-		return p
+	if c, ok := obj.(*cachedPod); ok {
+		return c.pod()
 	}
 	return nil
 }
