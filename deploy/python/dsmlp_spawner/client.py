@@ -94,7 +94,9 @@ def _close_when_connected(connecting):
         connecting.result().close()
 
 
-# One AsyncHTTPClient per event loop and size, shared by every spawner of the hub.
+# One AsyncHTTPClient per event loop and size, shared by every spawner of the hub. Keyed by the
+# loop object, not its id(): an id can be reused by a later loop once the first is freed, which
+# would hand that loop a client bound to the dead one. (A hub has one loop for its life.)
 _http_clients = {}
 
 
@@ -106,11 +108,11 @@ def shared_http_client(max_clients):
     time out in the queue) and delay the proxy's routes. It keeps the hub's configuration of
     AsyncHTTPClient (pycurl, TLS defaults).
     """
-    key = (id(asyncio.get_running_loop()), max_clients)
-    client = _http_clients.get(key)
+    clients = _http_clients.setdefault(asyncio.get_running_loop(), {})
+    client = clients.get(max_clients)
     if client is None:
         client = AsyncHTTPClient(force_instance=True, max_clients=max_clients)
-        _http_clients[key] = client
+        clients[max_clients] = client
     return client
 
 
