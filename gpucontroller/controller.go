@@ -50,11 +50,16 @@ type Options struct {
 	// Tick is the longest time between cycles; bookings open and
 	// guarantees end on it. Defaults to 10s.
 	Tick time.Duration
-	// Workers bounds the writes in flight within one plan step. Defaults to 16.
+	// Workers bounds the writes in flight within one plan step, and is the
+	// number of event writers. Defaults to 64: the next cycle waits for a
+	// plan's writes, so at 100 ms of API latency 64 in flight allow 640
+	// writes/s, above the client's rate limit, which then sets the pace.
 	Workers int
-	// EventsClient writes the waiting events, off the decision loop and
-	// with a rate limit of its own, so a backlog of them (10,000 pods told
-	// why they wait) never delays an admission. Defaults to the client.
+	// EventsClient writes the events, off the decision loop and with a
+	// rate limit of its own, so a backlog of them (10,000 pods told why
+	// they wait) never delays an admission. Stop events of evictions are
+	// the exception: the client writes them before the delete. Defaults to
+	// the client.
 	EventsClient kubernetes.Interface
 	// Clock is the engine's clock; defaults to the real clock.
 	Clock clock.WithTicker
@@ -87,13 +92,14 @@ type Controller struct {
 	// to where they run and how many GPUs they hold.
 	unmanaged cache.SharedIndexInformer
 	wake      chan struct{}
-	events    chan queuedEvent
+	events    chan queuedEvent // waiting events; dropped when full
+	told      chan queuedEvent // the events of PATCHes that succeeded
 	backlog   atomic.Int64
 
 	startFactories []interface{ Start(<-chan struct{}) }
 
 	mu        sync.Mutex
-	seen      map[types.UID]time.Time  // when the informer first delivered each waiting pod
+	seen      map[types.UID]time.Time  // when (wall time) the informer first delivered each waiting pod
 	overlay   map[types.UID]overlayPod // pods as our last PATCH left them, until the cache catches up
 	leader    bool
 	lastCycle time.Time
@@ -129,7 +135,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 		opts.Tick = 10 * time.Second
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = 16
+		opts.Workers = 64
 	}
 	if opts.EventsClient == nil {
 		opts.EventsClient = client
@@ -147,7 +153,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	c := &Controller{
 		client: client, store: store, opts: opts, log: opts.Logger, clock: opts.Clock,
 		m:    newMetrics(opts.Registry),
-		wake: make(chan struct{}, 1), events: make(chan queuedEvent, eventQueue),
+		wake: make(chan struct{}, 1), events: make(chan queuedEvent, eventQueue), told: make(chan queuedEvent, eventQueue),
 		seen: map[types.UID]time.Time{}, overlay: map[types.UID]overlayPod{},
 	}
 	// Managed pods only: a pod without the gpu-class label is not the
@@ -192,7 +198,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 			if p, ok := obj.(*corev1.Pod); ok {
 				c.mu.Lock()
 				if _, ok := c.seen[p.UID]; !ok {
-					c.seen[p.UID] = c.clock.Now()
+					c.seen[p.UID] = time.Now() // a latency: wall time, whatever the engine's clock
 				}
 				c.mu.Unlock()
 			}
@@ -299,7 +305,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, f := range c.startFactories {
 		f.Start(ctx.Done())
 	}
-	for range c.opts.Workers / 2 {
+	for range c.opts.Workers {
 		go c.eventWriter(ctx)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
@@ -402,7 +408,9 @@ func (c *Controller) cycle(ctx context.Context, engine *reservation.Engine) {
 	c.m.cycleSeconds.Observe(time.Since(start).Seconds())
 	c.m.pending.Set(float64(pendingOf(plan.Classes)))
 	if !plan.Empty() {
-		c.apply(ctx, &plan)
+		applyStart := time.Now()
+		c.apply(ctx, &plan, snap.Pods)
+		c.m.applySeconds.Observe(time.Since(applyStart).Seconds())
 	}
 	for _, u := range plan.Unmet {
 		c.log.Warn("unmet reserved demand: only pods inside their guarantee could free it",

@@ -38,6 +38,7 @@ type reservationFlags struct {
 	leaderElect                     bool
 	tick                            time.Duration
 	qps                             float64
+	workers                         int
 	webhookListen                   string
 	webhookCert, webhookKey         string
 	webhookHosts, webhookConfigName string
@@ -53,7 +54,8 @@ func (f *reservationFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.identity, "identity", host, "this replica's name in the leader Lease")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "decide GPU admission only while holding the leader Lease")
 	fs.DurationVar(&f.tick, "reservation-tick", 10*time.Second, "longest time between reservation decision cycles (bookings open, guarantees end on it)")
-	fs.Float64Var(&f.qps, "reservation-qps", 100, "API client QPS of the reservation controller (burst 2x)")
+	fs.Float64Var(&f.qps, "reservation-qps", 200, "API client QPS of the reservation controller (burst 2x); events have a client of their own with the same limit")
+	fs.IntVar(&f.workers, "reservation-workers", 64, "reservation writes in flight at once within one plan step, and event writers")
 	fs.StringVar(&f.webhookListen, "webhook-listen", "", "HTTPS address of the GPU admission webhook, e.g. :8443 (empty: no webhook)")
 	fs.StringVar(&f.webhookCert, "webhook-cert-file", "", "webhook serving certificate (PEM), e.g. a mounted cert-manager Secret; empty: --webhook-cert-secret, else a self-signed one")
 	fs.StringVar(&f.webhookKey, "webhook-key-file", "", "webhook serving key (PEM)")
@@ -91,6 +93,12 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	if ns == "" {
 		ns = notebookNS
 	}
+	if f.qps <= 0 {
+		return nil, fmt.Errorf("--reservation-qps must be positive, got %g", f.qps)
+	}
+	if f.workers < 1 {
+		return nil, fmt.Errorf("--reservation-workers must be at least 1, got %d", f.workers)
+	}
 	rc := rest.CopyConfig(restCfg)
 	rc.QPS, rc.Burst = float32(f.qps), int(2*f.qps)
 	rc.UserAgent = reservation.Component
@@ -108,7 +116,7 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 		return nil, fmt.Errorf("reservation client: %w", err)
 	}
 	ctl, err := gpucontroller.New(rclient, reservationstore.New(dyn, 10*time.Minute), gpucontroller.Options{
-		Config: *cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, EventsClient: eclient,
+		Config: *cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, Workers: f.workers, EventsClient: eclient,
 		Logger: log.Named("reservation"), Registry: reg, OnEvict: f.onEvict,
 	})
 	if err != nil {

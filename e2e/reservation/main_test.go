@@ -17,11 +17,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -38,19 +42,26 @@ import (
 	"github.com/dsmlp/spawner/devcluster"
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/gpucontroller"
+	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/reservation"
 	"github.com/dsmlp/spawner/reservationstore"
 )
 
 var (
-	env    *harness.Env
-	ctl    *gpucontroller.Controller
-	clk    *clocktesting.FakeClock
-	writes atomic.Int64 // API writes by the controller's client
-	reads  atomic.Int64
+	env *harness.Env
+	ctl *gpucontroller.Controller
+	// metrics is the controller's registry: the benchmarks read write
+	// latencies and cycle counts from it.
+	metrics = prometheus.NewRegistry()
+	clk     *clocktesting.FakeClock
+	writes  atomic.Int64 // API writes by the controller's client
+	reads   atomic.Int64
 	// beforeWrite, when set, runs before each API write of the controller's
 	// client (a test races a write with it).
 	beforeWrite atomic.Pointer[func(*http.Request)]
+	// patchedAt holds, by pod name, when the API server first acknowledged a
+	// PATCH of the controller's to that pod: the admission committed.
+	patchedAt sync.Map
 )
 
 // One class per scenario, each with nodes of its own, so scenarios do not
@@ -125,14 +136,21 @@ func setup(e *harness.Env) error {
 					(*hook)(r)
 				}
 			}
-			return rt.RoundTrip(r)
+			resp, err := rt.RoundTrip(r)
+			if err == nil && r.Method == http.MethodPatch && resp.StatusCode == http.StatusOK {
+				if rest, ok := strings.CutPrefix(path.Dir(r.URL.Path), "/api/v1/namespaces/"); ok && strings.HasSuffix(rest, "/pods") {
+					patchedAt.LoadOrStore(path.Base(r.URL.Path), time.Now())
+				}
+			}
+			return resp, err
 		})
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	// Protobuf, as spawnerd's reservation clients are.
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(rc))
 	if err != nil {
 		return err
 	}
-	eclient, err := kubernetes.NewForConfig(rc)
+	eclient, err := kubernetes.NewForConfig(kubeclient.Protobuf(rc))
 	if err != nil {
 		return err
 	}
@@ -147,6 +165,7 @@ func setup(e *harness.Env) error {
 	}
 	ctl, err = gpucontroller.New(client, reservationstore.New(rdyn, 10*time.Minute), gpucontroller.Options{
 		Config: cfg, Namespace: ns, Identity: "e2e", Tick: time.Second, Clock: clk, Logger: logger, EventsClient: eclient,
+		Registry: metrics,
 	})
 	if err != nil {
 		return err
