@@ -103,7 +103,15 @@ var errReplayed = errors.New("token already used (replayed jti); sign a new toke
 
 // Verify parses and checks a token, and remembers its jti so that it is
 // accepted once.
-func (a *Authenticator) Verify(raw string) (*Claims, error) {
+func (a *Authenticator) Verify(raw string) (*Claims, error) { return a.verify(raw, false) }
+
+// verify is Verify for a write, or for a read: a token whose jti was
+// first accepted for a read is accepted again for reads (see readCache).
+// That is also what lets two reads with one new token, arriving together
+// before either is in the read cache (the hub's batched polls at its
+// start-up), both pass, and a read whose token the full read cache could
+// not hold pass again.
+func (a *Authenticator) verify(raw string, read bool) (*Claims, error) {
 	if len(raw) > MaxTokenBytes {
 		return nil, fmt.Errorf("token is %d bytes, longer than the %d allowed", len(raw), MaxTokenBytes)
 	}
@@ -128,7 +136,7 @@ func (a *Authenticator) Verify(raw string) (*Claims, error) {
 		return nil, errors.New("token jti is longer than 128 bytes")
 	}
 	// The parser accepts the token until exp+leeway, so remember it that long.
-	if err := a.seen.add(claims.ID, claims.ExpiresAt.Add(leeway), a.now()); err != nil {
+	if err := a.seen.add(claims.ID, claims.ExpiresAt.Add(leeway), a.now(), read); err != nil {
 		return nil, err
 	}
 	return claims, nil
@@ -144,10 +152,17 @@ func (a *Authenticator) Verify(raw string) (*Claims, error) {
 type replayCache struct {
 	mu   sync.Mutex
 	max  int
-	seen map[string]time.Time // jti → when it may be forgotten
+	seen map[string]seenToken
 	// order lists the jtis as added; expiries are within one lifetime of
 	// insertion, so pruning from the front keeps every live entry.
 	order []replayEntry
+}
+
+// seenToken is an accepted jti: until when it is remembered, and whether
+// it was first accepted for a read.
+type seenToken struct {
+	until time.Time
+	read  bool
 }
 
 type replayEntry struct {
@@ -156,28 +171,32 @@ type replayEntry struct {
 }
 
 func newReplayCache(max int) *replayCache {
-	return &replayCache{max: max, seen: map[string]time.Time{}}
+	return &replayCache{max: max, seen: map[string]seenToken{}}
 }
 
-// add records jti until until, or fails if it is already recorded or the
-// cache is full (fail closed: a full cache must not let replays through).
-func (c *replayCache) add(jti string, until, now time.Time) error {
+// add records jti until until, or fails if it is already recorded (unless
+// both its first use and this one are reads) or the cache is full (fail
+// closed: a full cache must not let replays through).
+func (c *replayCache) add(jti string, until, now time.Time, read bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.order) > 0 && !c.order[0].until.After(now) {
-		if c.seen[c.order[0].jti].Equal(c.order[0].until) {
+		if c.seen[c.order[0].jti].until.Equal(c.order[0].until) {
 			delete(c.seen, c.order[0].jti)
 		}
 		c.order[0] = replayEntry{}
 		c.order = c.order[1:]
 	}
-	if t, ok := c.seen[jti]; ok && t.After(now) {
+	if t, ok := c.seen[jti]; ok && t.until.After(now) {
+		if read && t.read {
+			return nil
+		}
 		return errReplayed
 	}
 	if len(c.seen) >= c.max {
 		return fmt.Errorf("more than %d tokens accepted within %s; retry shortly", c.max, MaxTokenLifetime)
 	}
-	c.seen[jti] = until
+	c.seen[jti] = seenToken{until: until, read: read}
 	c.order = append(c.order, replayEntry{jti: jti, until: until})
 	return nil
 }
@@ -196,14 +215,14 @@ func (a *Authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			return &apiError{status: http.StatusUnauthorized, msg: "missing bearer token", field: "Authorization"}
 		}
 		raw = strings.TrimSpace(raw)
-		read := isRead(c.Request().Method)
+		read := isRead(c.Request())
 		if read {
 			if claims, ok := a.reads.get(raw, a.now()); ok {
 				c.Set(claimsKey, claims)
 				return next(c)
 			}
 		}
-		claims, err := a.Verify(raw)
+		claims, err := a.verify(raw, read)
 		if err != nil {
 			return &apiError{status: http.StatusUnauthorized, msg: "invalid token: " + err.Error(), field: "Authorization"}
 		}
@@ -230,8 +249,12 @@ func (a *Authenticator) cachedRead(authorization []string) (*Claims, bool) {
 }
 
 // isRead reports whether a request only reads: a token first used for one
-// may be used again for reads until it expires (see readCache).
-func isRead(method string) bool { return method == http.MethodGet || method == http.MethodHead }
+// may be used again for reads until it expires (see readCache). The
+// batched poll is a POST only because it carries a list; it reads as GET
+// polls do.
+func isRead(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost && r.URL.Path == pollsPath
+}
 
 // maxReadEntries bounds the read-token cache: one entry per token in use
 // (the hub class keeps one per user for at most half a token's life).
@@ -242,8 +265,9 @@ const maxReadEntries = 1 << 16
 // cost a hash and a map lookup rather than a parse and an HMAC.
 //
 // Why this is safe: a token is accepted again only for a read (GET or
-// HEAD: a poll, progress, a list), only until its own exp (≤ 60 s after
-// iat, plus the leeway the parser allows anyway), and only with the
+// HEAD: a poll, progress, a list; or the batched poll's POST, which
+// changes nothing either), only until its own exp (≤ 60 s after iat,
+// plus the leeway the parser allows anyway), and only with the
 // claims it was verified with (its user and admin flag). A token first
 // used for a write is never in the cache, and one first used for a read
 // is refused for any write: Verify's replay cache holds its jti. So a

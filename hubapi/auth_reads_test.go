@@ -2,6 +2,7 @@ package hubapi
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -62,5 +63,34 @@ func TestReadCacheExpiresAndStaysBounded(t *testing.T) {
 	c.put("d", cl, t0.Add(3*time.Minute), t0.Add(2*time.Minute))
 	if _, ok := c.get("d", t0.Add(2*time.Minute)); !ok {
 		t.Error("a full cache of expired tokens did not make room")
+	}
+}
+
+// Two reads with one new token that both miss the read cache (they arrive
+// together, before the first is in it; or the cache is full) are both
+// verified in full and both accepted; a write with it is still refused.
+// The read cache here holds nothing, so every read misses it.
+func TestReadsMissingTheCacheAreNotReplays(t *testing.T) {
+	auth, err := NewAuthenticator(secret, "jupyterhub", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth.reads = newReadCache(0)
+	srv := httptest.NewServer(New(Options{Servers: &fakeServers{}, Auth: auth}))
+	t.Cleanup(srv.Close)
+	tok := sign(t, jwt.SigningMethodHS256, secret, goodClaims("alice"))
+	for i := range 2 {
+		if code, e := call(t, srv, http.MethodGet, "/api/v1/users/alice/server", tok, ""); code != http.StatusOK {
+			t.Fatalf("GET %d: %d %+v", i, code, e)
+		}
+		if code, e := call(t, srv, http.MethodPost, "/api/v1/polls", tok, `{"servers":[{"user":"alice"}]}`); code != http.StatusOK {
+			t.Fatalf("batched poll %d: %d %+v", i, code, e)
+		}
+	}
+	if len(auth.reads.m) != 0 {
+		t.Fatalf("the read cache holds %d tokens, want none", len(auth.reads.m))
+	}
+	if code, _ := call(t, srv, http.MethodPost, "/api/v1/users/alice/server", tok, `{}`); code != http.StatusUnauthorized {
+		t.Errorf("a write with a token used for reads: %d, want 401", code)
 	}
 }

@@ -43,24 +43,45 @@ func TestAuthRefusesReplayedToken(t *testing.T) {
 func TestReplayCacheForgetsExpiredAndStaysBounded(t *testing.T) {
 	c := newReplayCache(2)
 	t0 := time.Unix(1000, 0)
-	if err := c.add("a", t0.Add(time.Minute), t0); err != nil {
+	if err := c.add("a", t0.Add(time.Minute), t0, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.add("a", t0.Add(time.Minute), t0.Add(59*time.Second)); err == nil {
+	if err := c.add("a", t0.Add(time.Minute), t0.Add(59*time.Second), false); err == nil {
 		t.Error("a replayed within its lifetime was accepted")
 	}
-	if err := c.add("b", t0.Add(time.Minute), t0); err != nil {
+	if err := c.add("b", t0.Add(time.Minute), t0, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.add("c", t0.Add(time.Minute), t0); err == nil {
+	if err := c.add("c", t0.Add(time.Minute), t0, false); err == nil {
 		t.Error("a full cache accepted a new token (it must fail closed)")
 	}
 	// After expiry the parser refuses the token anyway; the cache forgets it.
-	if err := c.add("c", t0.Add(2*time.Minute), t0.Add(61*time.Second)); err != nil {
+	if err := c.add("c", t0.Add(2*time.Minute), t0.Add(61*time.Second), false); err != nil {
 		t.Errorf("after the others expired: %v", err)
 	}
 	if len(c.seen) != 1 || len(c.order) != 1 {
 		t.Errorf("expired entries kept: %d seen, %d queued", len(c.seen), len(c.order))
+	}
+}
+
+// A jti first accepted for a read is accepted again for reads only; one
+// first accepted for a write, never again.
+func TestReplayCacheReadsMayRepeat(t *testing.T) {
+	c := newReplayCache(4)
+	t0 := time.Unix(1000, 0)
+	until := t0.Add(time.Minute)
+	for i, step := range []struct {
+		jti     string
+		read    bool
+		refused bool
+	}{
+		{"r", true, false}, {"r", true, false}, {"r", false, true},
+		{"w", false, false}, {"w", true, true}, {"w", false, true},
+	} {
+		err := c.add(step.jti, until, t0.Add(time.Second), step.read)
+		if refused := err != nil; refused != step.refused {
+			t.Errorf("step %d (%s, read %v): error %v, want refused %v", i, step.jti, step.read, err, step.refused)
+		}
 	}
 }
 

@@ -123,6 +123,13 @@ func TestOpenAPIDescribesEveryAnswer(t *testing.T) {
 		{get, "/api/v1/users/alice/server", nil, "", 401, false},
 		{get, "/api/v1/users/alice/servers/x", as("bob"), "", 403, false},
 
+		{post, "/api/v1/polls", admin(), `{"servers":[{"user":"alice","pod_name":"jupyter-alice","namespace":"jhub","pod_uid":"6f1c2a9e-5b7d-4c1e-9a55-3d2f0c1b7a11"},{"user":"bob","server":"gpu work"},{"user":"carol"},{"user":"nobody","server":"x"}]}`, 200, false},
+		{post, "/api/v1/polls", as("alice"), `{"servers":[{"user":"alice"}]}`, 200, false},
+		{post, "/api/v1/polls", admin(), `{"servers":[{"server":"x"}]}`, 400, false},
+		{post, "/api/v1/polls", nil, `{"servers":[]}`, 401, false},
+		{post, "/api/v1/polls", as("alice"), `{"servers":[{"user":"bob"}]}`, 403, false},
+		{post, "/api/v1/polls", admin(), `{"servers":[{"user":"` + strings.Repeat("x", 1<<20) + `"}]}`, 413, false},
+
 		{del, "/api/v1/users/henry/server?now=true&wait=1s&by=admin&by_name=root&pod_name=jupyter-henry", admin(), "", 204, false},
 		{del, "/api/v1/users/bob/servers/gpu%20work?by=culler&by_name=jupyterhub-idle-culler", as("bob"), "", 202, false},
 		{del, "/api/v1/users/henry/server?by=robot", as("henry"), "", 400, false},

@@ -38,6 +38,8 @@ type pollPath struct {
 	routes   [2]routeObserver
 	jsonType []string
 	bufs     sync.Pool
+	// batched counts the servers polled through POST /api/v1/polls.
+	batched prometheus.Counter
 }
 
 // answerSource is implemented by *lifecycle.Manager.

@@ -116,6 +116,11 @@ func New(opts Options) *API {
 
 	api := e.Group("/api/v1", opts.Auth.middleware)
 	api.GET("/profiles", h.profiles)
+	poll := newPollPath(opts, reqs)
+	if poll != nil {
+		poll.batched = newBatchedPolls(opts.Registry)
+		api.POST(strings.TrimPrefix(pollsPath, "/api/v1"), poll.batch)
+	}
 	for _, p := range []string{"/users/:user/server", "/users/:user/servers/:server"} {
 		api.POST(p, h.start)
 		api.GET(p, h.poll)
@@ -129,7 +134,7 @@ func New(opts Options) *API {
 	admin.GET("/:user/:server", h.adminServer)
 	h.routeReservations(api)
 	h.routeSessions(api)
-	return &API{Echo: e, poll: newPollPath(opts, reqs)}
+	return &API{Echo: e, poll: poll}
 }
 
 type handlers struct {

@@ -655,13 +655,14 @@ func (s *hubStack) spawn(ctx context.Context, resp *responder, us []string) (hub
 	return r, nil
 }
 
-// pollCounter counts the hub's polls: spawnerd's answers to the status
-// route for RemoteKubeSpawner, the class's own counter for the null spawner.
+// pollCounter counts the hub's polls: for RemoteKubeSpawner, spawnerd's
+// answers to the status route plus the servers it polled in batches; the
+// class's own counter for the null spawner.
 func (s *hubStack) pollCounter() func(context.Context) (float64, error) {
 	if s.api != nil {
 		return func(ctx context.Context) (float64, error) {
 			m, err := scrape(ctx, s.api.URL)
-			return m["spawner_http_request_duration_seconds_count"+pollRoute], err
+			return m["spawner_http_request_duration_seconds_count"+pollRoute] + m["spawner_batched_polls_total"], err
 		}
 	}
 	return func(ctx context.Context) (float64, error) {

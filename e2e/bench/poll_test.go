@@ -219,6 +219,13 @@ func BenchmarkPollHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	// 5. The same servers polled the hub class's way, pollBatch to a
+	// request.
+	batched, err := measureBatched(ctx, f, load, pollBatch, pollWindow, debugAddr)
+	if err != nil {
+		b.Fatal(err)
+	}
+
 	n := float64(len(lat))
 	rate := n / elapsed.Seconds()
 	perPoll := func(d time.Duration) time.Duration { return time.Duration(float64(d) / n) }
@@ -241,8 +248,8 @@ func BenchmarkPollHTTP(b *testing.B) {
 		b.Errorf("spawner_http_request_duration_seconds counted %v polls, the clients sent %v", served, n)
 	}
 
-	show(table(fmt.Sprintf("Poll over HTTP: %d running servers, %d keep-alive clients for %s, one read token per user for %s (as the hub class)",
-		pollServers, pollClients, elapsed.Round(time.Millisecond), readReuse), [][]string{
+	show(table(fmt.Sprintf("Poll over HTTP: %d running servers, %d keep-alive clients for %s, one read token per user for %s (as the hub class with poll_batch_window 0); then the same servers in batches",
+		pollServers, pollClients, elapsed.Round(time.Millisecond), readReuse), append([][]string{
 		{"metric", "value", "target", "met"},
 		{"polls/s (clients on the same cores)", fmt.Sprintf("%.0f", rate), fmt.Sprintf("≥ %d", pollRateTarget), metAtLeast(rate, pollRateTarget)},
 		{"spawnerd CPU per poll (utime+stime)", microsFrac(cpuPerPoll), "≤ " + micros(pollCPUTarget), metAtMost(cpuPerPoll, pollCPUTarget)},
@@ -255,9 +262,10 @@ func BenchmarkPollHTTP(b *testing.B) {
 		{"net/http floor: requests/s (same clients, a handler writing the command line)", fmt.Sprintf("%.0f", floorRate), "", ""},
 		{"net/http floor: spawnerd CPU per request", microsFrac(floorCPU), "", ""},
 		{"net/http floor: load generator CPU per request", microsFrac(floorClient), "", ""},
-	}))
+	}, batched.rows(pollBatch)...)))
 	show(f.cpu.report("CPU while polling", cpu0, cpu1))
 	show(prof.report(cpuPerPoll))
+	show("Batched polls:\n" + batched.prof.report(batched.cpuPerPoll))
 
 	b.ReportMetric(rate, "polls/s")
 	b.ReportMetric(us64(cpuPerPoll), "cpu-µs/poll")
@@ -269,6 +277,10 @@ func BenchmarkPollHTTP(b *testing.B) {
 	b.ReportMetric(us64(clientPerPoll), "client-cpu-µs/poll")
 	b.ReportMetric(floorRate, "floor-req/s")
 	b.ReportMetric(us64(floorCPU), "floor-cpu-µs/req")
+	b.ReportMetric(batched.rate, "batch-polls/s")
+	b.ReportMetric(us64(batched.cpuPerPoll), "batch-cpu-µs/poll")
+	b.ReportMetric(us64(batched.serverP99), "batch-server-p99-µs")
+	b.ReportMetric(batched.allocs, "batch-allocs/poll")
 }
 
 func us64(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -304,6 +316,8 @@ type pollLoad struct {
 	host  string
 	users []string
 	paths []string // the path and hint query of each user
+	// items are the same polls as a batched poll's items.
+	items []hubapi.PollItem
 	// reqs[i] is user i's request, minted[i] when its token was signed.
 	reqs   [][]byte
 	minted []time.Time
@@ -328,7 +342,7 @@ func newPollLoad(ctx context.Context, f *fleet, users []string, clients int) (*p
 	if err != nil {
 		return nil, err
 	}
-	l := &pollLoad{c: f.c, host: u.Host, users: users, paths: make([]string, len(users)),
+	l := &pollLoad{c: f.c, host: u.Host, users: users, paths: make([]string, len(users)), items: make([]hubapi.PollItem, len(users)),
 		reqs: make([][]byte, len(users)), minted: make([]time.Time, len(users)), want: runningJSON}
 	now := time.Now()
 	for i, user := range users {
@@ -339,6 +353,7 @@ func newPollLoad(ctx context.Context, f *fleet, users []string, clients int) (*p
 		// In the hub class's order: pod_name, namespace, pod_uid.
 		l.paths[i] = harness.ServerPath(user, "") + "?pod_name=" + url.QueryEscape(pods[i].Name) +
 			"&namespace=" + url.QueryEscape(f.ns) + "&pod_uid=" + url.QueryEscape(string(uid))
+		l.items[i] = hubapi.PollItem{User: user, PodName: pods[i].Name, Namespace: f.ns, PodUID: string(uid)}
 		age := time.Duration(i) * readReuse / time.Duration(len(users))
 		if err := l.mint(i, now.Add(-age)); err != nil {
 			return nil, err
@@ -541,13 +556,22 @@ func (l *pollLoad) run(ctx context.Context, window time.Duration) ([]time.Durati
 // profile polls for window plus a margin while spawnerd takes a CPU
 // profile of window, and returns the profile.
 func (l *pollLoad) profile(ctx context.Context, debugAddr string, window time.Duration) (*cpuProfile, error) {
+	return profileWhile(ctx, debugAddr, window, func(ctx context.Context, d time.Duration) error {
+		_, _, err := l.run(ctx, d)
+		return err
+	})
+}
+
+// profileWhile runs load for window plus a margin while spawnerd takes a
+// CPU profile of window, and returns the profile.
+func profileWhile(ctx context.Context, debugAddr string, window time.Duration, load func(context.Context, time.Duration) error) (*cpuProfile, error) {
 	var (
 		wg      sync.WaitGroup
 		loadErr error
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Go(func() { _, _, loadErr = l.run(ctx, window+time.Second) })
+	wg.Go(func() { loadErr = load(ctx, window+time.Second) })
 	select {
 	case <-ctx.Done():
 	case <-time.After(300 * time.Millisecond): // the load is under way

@@ -9,6 +9,11 @@ from tornado.websocket import websocket_connect
 
 API_PREFIX = "/api/v1"
 
+# POLLS_PATH is the batched poll; BATCH_SUBJECT signs its admin token (it
+# covers many users' servers).
+POLLS_PATH = API_PREFIX + "/polls"
+BATCH_SUBJECT = "jupyterhub"
+
 WRONG_SECRET = "wrong shared secret: spawnerd refused the token (401)"
 
 MISROUTED = "The spawner service is misconfigured; please contact the administrators."
@@ -67,8 +72,20 @@ HINT_KEYS = ("pod_name", "namespace", "pod_uid")
 
 
 def _hint_query(hint, sep):
-    pairs = {k: hint[k] for k in HINT_KEYS if isinstance((hint or {}).get(k), str) and hint[k]}
+    pairs = hint_fields(hint)
     return sep + urlencode(pairs) if pairs else ""
+
+
+def hint_fields(hint):
+    """hint_fields is the saved state sent as the hint with poll and stop."""
+    return {k: hint[k] for k in HINT_KEYS if isinstance((hint or {}).get(k), str) and hint[k]}
+
+
+def checked_model(model, action, url):
+    """checked_model returns a poll's answer if it is spawnerd's server model, else raises MisroutedError."""
+    if not isinstance(model, dict) or not isinstance(model.get("status"), str):
+        raise MisroutedError(action, 200, "answer has no status", url)
+    return model
 
 
 def server_path(user, server_name):
@@ -140,6 +157,26 @@ class Client:
         self._http = http_client
         self._max_clients = max_clients
 
+    @property
+    def base_url(self):
+        return self._base
+
+    def sharing_key(self):
+        """sharing_key says which clients reach spawnerd the same way (batched polls share them)."""
+        return (self._base, self._timeout, self._http, self._max_clients)
+
+    def signed_with(self, token_for):
+        """signed_with returns a client like this one whose every request carries ``token_for``'s token."""
+        return Client(
+            self._base,
+            token_for,
+            self._timeout,
+            http_client=self._http,
+            ping_interval=self._ping_interval,
+            read_token_for=token_for,
+            max_clients=self._max_clients,
+        )
+
     def _headers(self, user, admin, read=False):
         token_for = self._read_token_for if read else self._token_for
         return {
@@ -147,8 +184,8 @@ class Client:
             "Accept": "application/json",
         }
 
-    async def _call(self, action, method, path, user, ok, body=None, admin=False):
-        headers = self._headers(user, admin, read=method == "GET")
+    async def _call(self, action, method, path, user, ok, body=None, admin=False, read=None):
+        headers = self._headers(user, admin, read=method == "GET" if read is None else read)
         data = None
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -215,9 +252,23 @@ class Client:
         """
         path = server_path(user, server_name) + _hint_query(hint, "?")
         _, model = await self._call("reading server status", "GET", path, user, (200,))
-        if not isinstance((model or {}).get("status"), str):
-            raise MisroutedError("reading server status", 200, "answer has no status", self._base + path)
-        return model
+        return checked_model(model, "reading server status", self._base + path)
+
+    async def poll_many(self, items):
+        """poll_many polls several servers in one request (POST /api/v1/polls).
+
+        ``items`` are ``{"user", "server", "pod_name", "namespace", "pod_uid"}``
+        dicts; the answer is one server model (or anything, unchecked) per item, in
+        order. The token is a read token, as for a GET poll.
+        """
+        action = "polling servers"
+        _, data = await self._call(
+            action, "POST", POLLS_PATH, BATCH_SUBJECT, (200,), body={"servers": items}, admin=True, read=True
+        )
+        answers = (data or {}).get("servers")
+        if not isinstance(answers, list) or len(answers) != len(items):
+            raise MisroutedError(action, 200, f"answer has no list of {len(items)} servers", self._base + POLLS_PATH)
+        return answers
 
     async def delete(self, user, server_name, now, wait=None, hint=None, by=None):
         """delete asks spawnerd to stop a server; it returns 204 (gone) or 202 (stopping).

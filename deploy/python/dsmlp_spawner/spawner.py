@@ -10,7 +10,7 @@ from jupyterhub.spawner import Spawner
 from tornado import web
 from traitlets import Float, Integer, List, Unicode, default
 
-from . import form, requester
+from . import batch, form, requester
 from .auth import SecretError, TokenSigner, read_secret
 from .client import AuthError, Client, MisroutedError, ServiceError, TransportError
 from .events import EventLog
@@ -115,6 +115,19 @@ class RemoteKubeSpawner(Spawner):
         Match spawnerd's reservation_wait_timeout. 0 keeps start_timeout.""",
     ).tag(config=True)
 
+    poll_batch_window = Float(
+        0.05,
+        help="""Seconds a poll waits for other servers' polls to share one request to spawnerd
+        (POST /api/v1/polls). The hub polls each server on its own timer, and every server at
+        once when it starts; a batch costs the hub and spawnerd one request instead of one per
+        server. 0 sends each poll on its own (GET), as before.""",
+    ).tag(config=True)
+
+    poll_batch_size = Integer(
+        256,
+        help="Most polls in one batched request (1 to 1000, spawnerd's limit); a full batch goes at once.",
+    ).tag(config=True)
+
     culler_service_names = List(
         Unicode(),
         ["idle-culler", "jupyterhub-idle-culler", "cull-idle"],
@@ -166,6 +179,10 @@ class RemoteKubeSpawner(Spawner):
             )
         if self.http_max_clients < 1:
             raise ValueError(f"RemoteKubeSpawner.http_max_clients must be at least 1, got {self.http_max_clients}")
+        if not 1 <= self.poll_batch_size <= 1000:
+            raise ValueError(f"RemoteKubeSpawner.poll_batch_size must be from 1 to 1000, got {self.poll_batch_size}")
+        if self.poll_batch_window < 0:
+            raise ValueError(f"RemoteKubeSpawner.poll_batch_window must not be negative, got {self.poll_batch_window:g}")
         signer = TokenSigner(self._secret)
         self._client = Client(
             self.service_url,
@@ -411,7 +428,15 @@ class RemoteKubeSpawner(Spawner):
         if not self._requested and "pod_name" not in self._remote_state:
             return 0
         try:
-            model = await self._client.status(self.user.name, self.name, self._remote_state)
+            model = await batch.poll_status(
+                self._client,
+                self._secret(),
+                self.poll_batch_window,
+                self.poll_batch_size,
+                self.user.name,
+                self.name,
+                self._remote_state,
+            )
         except (SecretError, AuthError) as err:
             self.log.error("spawnerd poll refused %s error=%s", self._who, err)
             return None

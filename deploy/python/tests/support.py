@@ -66,6 +66,10 @@ class FakeSpawnerd:
                       (keep the socket open until the client closes it); then close
       profiles        list returned by GET /api/v1/profiles
       ws_status       if set, the progress upgrade is refused with this status
+      polls_status    if set, POST /api/v1/polls answers this status (404: an older spawnerd)
+    A batched poll (POST /api/v1/polls) answers each of its servers from status_replies in
+    turn; a reply other than 200 answers the whole batch. Batches are kept in ``batches`` (a
+    list of item lists), not in ``requests``, and ``polled()`` lists every poll's hint.
     Tokens are verified with ``secret``; a bad one gets 401 as spawnerd would.
     """
 
@@ -80,6 +84,9 @@ class FakeSpawnerd:
         self.ws_closed = asyncio.Event()
         self.profiles = []
         self.ws_status = None  # answer the progress upgrade with this status instead
+        self.polls_status = None
+        self.batches = []
+        self.batch_tokens = []
         self._server = None
         self.port = None
 
@@ -110,10 +117,19 @@ class FakeSpawnerd:
     def of(self, method):
         return [r for r in self.requests if r.method == method]
 
+    def polled(self):
+        """polled returns the hint of every poll, GET or batched, in the order they came."""
+        out = [dict(r.query) for r in self.requests if r.method == "GET" and r.path.count("/") <= 6
+               and not r.path.endswith(("/progress", "/profiles"))]
+        for items in self.batches:
+            out += [{k: v for k, v in item.items() if k not in ("user", "server")} for item in items]
+        return out
+
     async def start(self):
         app = web.Application(
             [
                 (r"/api/v1/profiles", _ProfilesHandler, {"fake": self}),
+                (r"/api/v1/polls", _PollsHandler, {"fake": self}),
                 (r"/api/v1/users/[^/]+/(?:server|servers/[^/]+)/progress", _ProgressHandler, {"fake": self}),
                 (r"/api/v1/users/[^/]+/(?:server|servers/[^/]+)", _ServerHandler, {"fake": self}),
             ]
@@ -153,6 +169,37 @@ class _Base(web.RequestHandler):
 class _ProfilesHandler(_Base):
     def get(self):
         self.reply(200, {"profiles": self.fake.profiles})
+
+
+class _PollsHandler(web.RequestHandler):
+    def initialize(self, fake):
+        self.fake = fake
+
+    def post(self):
+        fake = self.fake
+        token = self.request.headers.get("Authorization", "").removeprefix("Bearer ")
+        try:
+            claims = decode(token, fake.secret)
+        except jwt.PyJWTError:
+            return _reply(self, 401, {"error": "invalid token"})
+        if fake.polls_status is not None:
+            return _reply(self, fake.polls_status, {"error": "not found"})
+        items = json.loads(self.request.body)["servers"]
+        fake.batches.append(items)
+        fake.batch_tokens.append(claims)
+        answers = []
+        for _ in items:
+            status, body = _take(fake.status_replies)
+            if status != 200:
+                return _reply(self, status, body)
+            answers.append(body)
+        _reply(self, 200, {"servers": answers})
+
+
+def _reply(handler, status, body):
+    handler.set_status(status)
+    handler.set_header("Content-Type", "application/json")
+    handler.finish(json.dumps(body))
 
 
 class _ServerHandler(_Base):

@@ -104,7 +104,7 @@ class TestServerPath(unittest.TestCase):
 class TestRequests(SpawnerTestCase):
     async def test_every_call_carries_a_valid_token(self):
         self.fake.status_replies = [(200, model("running", url="http://127.0.1.2:8888"))]
-        spawner = self.spawner(user="alice@example.org", server="gpu one")
+        spawner = self.spawner(user="alice@example.org", server="gpu one", poll_batch_window=0)
         spawner.load_state({"pod_name": "jupyter-alice-40example-2eorg--gpu-20one"})
         before = int(time.time())
         self.assertIsNone(await spawner.poll())
@@ -123,6 +123,29 @@ class TestRequests(SpawnerTestCase):
             ids.add(claims["jti"])
         # Polls are reads: they share the user's read token (spawnerd
         # accepts it again for reads until it expires).
+        self.assertEqual(len(ids), 1)
+
+
+    async def test_batched_polls_carry_the_hubs_read_token(self):
+        self.fake.status_replies = [(200, model("running", url="http://127.0.1.2:8888"))]
+        spawner = self.spawner(user="alice@example.org", server="gpu one")
+        spawner.load_state({"pod_name": "jupyter-alice-40example-2eorg--gpu-20one"})
+        before = int(time.time())
+        self.assertIsNone(await spawner.poll())
+        self.assertIsNone(await spawner.poll())
+        self.assertEqual(self.fake.of("GET"), [])
+        self.assertEqual(len(self.fake.batches), 2)
+        self.assertEqual(self.fake.batches[0], [{"user": "alice@example.org", "server": "gpu one",
+                                                 "pod_name": "jupyter-alice-40example-2eorg--gpu-20one"}])
+        # A batch covers many users' servers: the hub's own admin token, a read
+        # token shared by the batches until it is re-minted.
+        ids = set()
+        for claims in self.fake.batch_tokens:
+            self.assertEqual(claims["sub"], "jupyterhub")
+            self.assertIs(claims["admin"], True)
+            self.assertEqual(claims["exp"] - claims["iat"], 60)
+            self.assertGreaterEqual(claims["iat"], before)
+            ids.add(claims["jti"])
         self.assertEqual(len(ids), 1)
 
 

@@ -21,7 +21,7 @@ class TestHTTPClient(SpawnerTestCase):
         self.assertEqual(own.max_clients, 7)
         # Every spawner of the hub shares it: one queue, not one per user.
         self.assertIs(shared_http_client(7), own)
-        self.assertEqual(len(self.fake.of("GET")), 1)
+        self.assertEqual(len(self.fake.polled()), 1)
 
     def test_refused_below_one(self):
         with self.assertRaises(ValueError) as ctx:

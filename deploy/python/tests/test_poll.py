@@ -37,7 +37,7 @@ class TestPoll(SpawnerTestCase):
         spawner = self.spawner()
         spawner.load_state({**POD, "pod_uid": "u-1"})
         self.assertIsNone(await spawner.poll())
-        query = self.fake.of("GET")[0].query
+        query = self.fake.polled()[0]
         self.assertEqual(query, {"pod_name": "jupyter-alice", "namespace": "jhub", "pod_uid": "u-1"})
 
     async def test_no_state_asks_nobody(self):
@@ -52,7 +52,7 @@ class TestPoll(SpawnerTestCase):
         await spawner.start()
         self.fake.status_replies = [(200, model("absent", state={}))]
         self.assertEqual(await spawner.poll(), 0)
-        self.assertEqual(len(self.fake.of("GET")), 1)
+        self.assertEqual(len(self.fake.polled()), 1)
 
     async def test_unreachable_service_means_running(self):
         spawner = self.hub.spawner(closed_port_url())
