@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -144,10 +145,13 @@ func createPods(ctx context.Context, client kubernetes.Interface, pods []*corev1
 // are gone, so that the next measurement starts on an empty cluster.
 func deletePods(ctx context.Context, client kubernetes.Interface, ns string) error {
 	pods := client.CoreV1().Pods(ns)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+	// Thousands of pods outlast the API server's request timeout: it then
+	// answers a timeout but goes on deleting, so wait for them all the same.
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil &&
+		!apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
 		return fmt.Errorf("deleting the pods of %s: %w", ns, err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := pods.List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(list.Items) == 0, nil
 	})

@@ -281,6 +281,7 @@ func BenchmarkPollHTTP(b *testing.B) {
 	b.ReportMetric(us64(batched.cpuPerPoll), "batch-cpu-µs/poll")
 	b.ReportMetric(us64(batched.serverP99), "batch-server-p99-µs")
 	b.ReportMetric(batched.allocs, "batch-allocs/poll")
+	b.ReportMetric(us64(batched.pacedServerP99), "batch-paced-server-p99-µs")
 }
 
 func us64(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -19,6 +19,11 @@ import (
 // batches are the class's poll_batch_size, 256.)
 const pollBatch = 16
 
+// pacedInterval spaces the paced window's batches: pollBatch servers
+// every 48 ms is 333 polls a second, what a hub polling 10,000 servers
+// every 30 s asks for.
+const pacedInterval = 48 * time.Millisecond
+
 // batchRoute is the batched poll's series of
 // spawner_http_request_duration_seconds.
 const batchRoute = `{code="200",method="POST",route="/api/v1/polls"}`
@@ -130,6 +135,37 @@ func (b *batchLoad) run(ctx context.Context, window time.Duration) ([]time.Durat
 	return all, n, elapsed, err
 }
 
+// runPaced sends one batch every interval on one connection for window,
+// as the hub does in its steady state, and returns each batch's latency.
+func (b *batchLoad) runPaced(ctx context.Context, interval, window time.Duration) ([]time.Duration, error) {
+	c := b.conns[0]
+	start := time.Now()
+	if err := c.setDeadline(start.Add(window + time.Minute)); err != nil {
+		return nil, err
+	}
+	var lat []time.Duration
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := 0; time.Since(start) < window; i = (i + 1) % len(b.reqs) {
+		t0 := time.Now()
+		code, body, err := c.roundTrip(b.reqs[i])
+		d := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if code != http.StatusOK || bytes.Count(body, runningJSON) != len(b.batches[i]) {
+			return nil, fmt.Errorf("POST /api/v1/polls (batch %d): status %d: %s", i, code, body)
+		}
+		lat = append(lat, d)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return lat, nil
+}
+
 // batchResult is what the batched windows measured.
 type batchResult struct {
 	rate                             float64 // polls a second
@@ -138,6 +174,10 @@ type batchResult struct {
 	p50, p99                         time.Duration // a batch's, client side
 	allocs, allocBytes               float64       // a poll's
 	prof                             *cpuProfile
+	// The paced window: batches at the hub's pace, server and client side.
+	pacedBatches                   int
+	pacedServerP99, pacedServerMax time.Duration
+	pacedServerMean, pacedP99      time.Duration
 }
 
 // measureBatched polls the same servers in batches of size for window,
@@ -194,6 +234,24 @@ func measureBatched(ctx context.Context, f *fleet, l *pollLoad, size int, window
 	}); err != nil {
 		return nil, err
 	}
+
+	// The same batches at the hub's pace rather than as fast as the
+	// clients can send them: the latency a hub sees.
+	if before, err = scrape(ctx, f.api.URL); err != nil {
+		return nil, err
+	}
+	paced, err := b.runPaced(ctx, pacedInterval, window)
+	if err != nil {
+		return nil, err
+	}
+	if after, err = scrape(ctx, f.api.URL); err != nil {
+		return nil, err
+	}
+	r.pacedBatches = len(paced)
+	r.pacedServerP99 = bound(0.99)
+	r.pacedServerMax = bound(1)
+	r.pacedServerMean = mean(before, after, "spawner_http_request_duration_seconds", batchRoute)
+	r.pacedP99 = percentile(paced, 0.99)
 	return r, nil
 }
 
@@ -209,5 +267,8 @@ func (r *batchResult) rows(size int) [][]string {
 		{"batched: client p50 / p99 of a batch", strings.Join([]string{micros(r.p50), micros(r.p99)}, " / "), "", ""},
 		{"batched: spawnerd allocations per poll (whole process)", fmt.Sprintf("%.1f (%.0f B)", r.allocs, r.allocBytes), "", ""},
 		{"batched: load generator CPU per poll", microsFrac(r.clientPerPoll), "", ""},
+		{fmt.Sprintf("batched at a hub's pace (one batch every %s: 10,000 servers polled every 30 s), %d batches: server-side mean / p99 / max of a batch",
+			pacedInterval, r.pacedBatches), microsFrac(r.pacedServerMean) + " / ≤ " + micros(r.pacedServerP99) + " / ≤ " + micros(r.pacedServerMax), "", ""},
+		{"batched at a hub's pace: client p99 of a batch", micros(r.pacedP99), "", ""},
 	}
 }
