@@ -24,11 +24,21 @@ type answer struct {
 
 func get(t *testing.T, f *apiclienttest.Fake, path, token string, header ...string) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, f.URL+path, nil)
+	a, _ := send(t, f, http.MethodGet, path, token, nil, header...)
+	return a
+}
+
+// send makes one request (with the bearer token, unless empty) and
+// returns the answer and its Content-Length.
+func send(t *testing.T, f *apiclienttest.Fake, method, path, token string, body io.Reader, header ...string) (answer, int64) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -37,11 +47,11 @@ func get(t *testing.T, f *apiclienttest.Fake, path, token string, header ...stri
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Request-Id"), string(body)}
+	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Request-Id"), string(data)}, resp.ContentLength
 }
 
 // pollCount is the poll routes' spawner_http_request_duration_seconds_count.

@@ -63,22 +63,21 @@ func (p *pollPath) batch(c echo.Context) error {
 		return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("servers holds %d servers; at most %d a request", len(body.Servers), maxPollBatch), field: "servers"}
 	}
 	cl := claimsOf(c)
-	for i := range body.Servers {
-		if err := checkPollItem(&body.Servers[i], i, cl); err != nil {
-			return err
-		}
-	}
 	bp := p.bufs.Get().(*[]byte)
 	defer p.bufs.Put(bp)
+	// Answered into the buffer as checked: a refused item sends nothing.
 	out := append((*bp)[:0], `{"servers":[`...)
 	for i := range body.Servers {
 		it := &body.Servers[i]
+		key := lifecycle.Key{User: it.User, Server: it.Server}
+		hint := lifecycle.Hint{Pod: it.PodName, Namespace: it.Namespace, UID: types.UID(it.PodUID)}
+		if err := checkPollItem(key, hint, i, cl); err != nil {
+			return err
+		}
 		if i > 0 {
 			out = append(out, ',')
 		}
 		var err error
-		key := lifecycle.Key{User: it.User, Server: it.Server}
-		hint := lifecycle.Hint{Pod: it.PodName, Namespace: it.Namespace, UID: types.UID(it.PodUID)}
 		if out, err = p.answer(out, key, hint); err != nil {
 			return fmt.Errorf("encoding the answer for user %q server %q: %w", it.User, it.Server, err)
 		}
@@ -96,19 +95,20 @@ func (p *pollPath) batch(c echo.Context) error {
 	return err
 }
 
-// checkPollItem refuses what a GET poll would refuse, naming the item.
-func checkPollItem(it *PollItem, i int, cl *Claims) error {
-	field := func(name string) string { return "servers[" + strconv.Itoa(i) + "]." + name }
-	if it.User == "" {
-		return &apiError{status: http.StatusBadRequest, msg: "user name must not be empty", field: field("user")}
+// checkPollItem refuses what a GET poll would refuse, naming the item's
+// field (the name is built only for a refusal, off the poll's path).
+func checkPollItem(key lifecycle.Key, hint lifecycle.Hint, i int, cl *Claims) error {
+	var err *apiError
+	if key.User == "" {
+		err = &apiError{status: http.StatusBadRequest, msg: "user name must not be empty", field: "user"}
+	} else if e := checkHint(hint); e != nil {
+		err = e
+	} else if e := checkOwner(cl, key.User, "user"); e != nil {
+		err = e
 	}
-	for name, v := range map[string]string{"pod_name": it.PodName, "namespace": it.Namespace, "pod_uid": it.PodUID} {
-		if len(v) > maxHintLen {
-			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s is longer than %d bytes", name, maxHintLen), field: field(name)}
-		}
+	if err == nil {
+		return nil
 	}
-	if cl != nil && !cl.Admin && cl.Subject != it.User {
-		return &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("the token is for user %q, not %q", cl.Subject, it.User), field: field("user")}
-	}
-	return nil
+	err.field = "servers[" + strconv.Itoa(i) + "]." + err.field
+	return err
 }

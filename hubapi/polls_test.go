@@ -17,24 +17,7 @@ import (
 
 func post(t *testing.T, f *apiclienttest.Fake, path, token, body string) (answer, int64) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, f.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Request-Id"), string(data)}, resp.ContentLength
+	return send(t, f, http.MethodPost, path, token, strings.NewReader(body), "Content-Type", "application/json")
 }
 
 // metric reads one unlabelled series of /metrics.

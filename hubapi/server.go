@@ -195,8 +195,8 @@ func (h *handlers) key(c echo.Context) (lifecycle.Key, error) {
 	if user == "" {
 		return lifecycle.Key{}, &apiError{status: http.StatusBadRequest, msg: "user name must not be empty", field: "user"}
 	}
-	if cl := claimsOf(c); cl != nil && !cl.Admin && cl.Subject != user {
-		return lifecycle.Key{}, &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("the token is for user %q, not %q", cl.Subject, user), field: "user"}
+	if err := checkOwner(claimsOf(c), user, "user"); err != nil {
+		return lifecycle.Key{}, err
 	}
 	return lifecycle.Key{User: user, Server: server}, nil
 }
@@ -441,12 +441,29 @@ const maxHintLen = 253
 // the hub class sends with poll and stop, as query parameters.
 func hintOf(c echo.Context) (lifecycle.Hint, error) {
 	h := lifecycle.Hint{Pod: c.QueryParam("pod_name"), Namespace: c.QueryParam("namespace"), UID: types.UID(c.QueryParam("pod_uid"))}
-	for name, v := range map[string]string{"pod_name": h.Pod, "namespace": h.Namespace, "pod_uid": string(h.UID)} {
-		if len(v) > maxHintLen {
-			return lifecycle.Hint{}, &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s is longer than %d bytes", name, maxHintLen), field: name}
-		}
+	if err := checkHint(h); err != nil {
+		return lifecycle.Hint{}, err
 	}
 	return h, nil
+}
+
+// checkHint refuses a hint value longer than maxHintLen, naming its field.
+func checkHint(h lifecycle.Hint) *apiError {
+	for _, f := range [...]struct{ name, value string }{{"pod_name", h.Pod}, {"namespace", h.Namespace}, {"pod_uid", string(h.UID)}} {
+		if len(f.value) > maxHintLen {
+			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("%s is longer than %d bytes", f.name, maxHintLen), field: f.name}
+		}
+	}
+	return nil
+}
+
+// checkOwner refuses (403, naming field) a token that is neither the
+// user's nor an admin's.
+func checkOwner(cl *Claims, user, field string) *apiError {
+	if cl != nil && !cl.Admin && cl.Subject != user {
+		return &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("the token is for user %q, not %q", cl.Subject, user), field: field}
+	}
+	return nil
 }
 
 func (h *handlers) stop(c echo.Context) error {

@@ -187,8 +187,8 @@ func (h *handlers) why(c echo.Context) error {
 			return err
 		}
 	}
-	if cl := claimsOf(c); cl != nil && !cl.Admin && cl.Subject != user {
-		return &apiError{status: http.StatusForbidden, msg: fmt.Sprintf("the token is for user %q, not %q", cl.Subject, user), field: "user"}
+	if err := checkOwner(claimsOf(c), user, "user"); err != nil {
+		return err
 	}
 	s, err := store.Last(c.Request().Context(), user, server)
 	if errors.Is(err, history.ErrNotFound) {

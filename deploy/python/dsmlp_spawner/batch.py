@@ -26,10 +26,15 @@ class BatchUnsupported(Exception):
     """BatchUnsupported means spawnerd has no batched poll: poll the server with a GET."""
 
 
-async def poll_status(client, secret, window, size, user, server_name, hint):
-    """poll_status returns the server's model, through a batch when ``window`` is above 0."""
+async def poll_status(client, secret_for, window, size, user, server_name, hint):
+    """poll_status returns the server's model, through a batch when ``window`` is above 0.
+
+    ``secret_for()`` returns the shared secret: the batch's token is signed with it (a single
+    GET's token comes from the client's own signer).
+    """
     if window > 0:
         loop = asyncio.get_running_loop()
+        secret = secret_for()
         key = (client.sharing_key(), secret, window, size)
         batchers = _batchers.setdefault(loop, {})
         batcher = batchers.get(key)

@@ -430,7 +430,7 @@ class RemoteKubeSpawner(Spawner):
         try:
             model = await batch.poll_status(
                 self._client,
-                self._secret(),
+                self._secret,
                 self.poll_batch_window,
                 self.poll_batch_size,
                 self.user.name,
