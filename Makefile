@@ -38,9 +38,11 @@ test-unit: ## Unit tests (no cluster).
 test-python: ## The hub-side spawner class's unit tests.
 	/usr/bin/python3 -m unittest discover -s deploy/python/tests
 
+# -count=1: the tests build spawnerd and run the hub class from the tree at run time, which Go's
+# test cache does not see, so a cached pass could hide a change to either.
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end tests against the dev cluster (and the real hub and proxy).
-	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -p 1 -timeout 40m ./e2e/...
+	DEVCLUSTER_BIN_DIR=$(TOOLS_CACHE)/bin $(GO) test -count=1 -p 1 -timeout 40m ./e2e/...
 
 # Each target runs alone for FUZZTIME (go test -fuzz takes one target per run);
 # `make test-unit` already runs the committed seeds in testdata/fuzz/.
