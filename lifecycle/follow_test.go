@@ -104,13 +104,14 @@ func TestFollowWaitsForEventsBeforeReady(t *testing.T) {
 func TestFollowSaysWhenEventsAreMissing(t *testing.T) {
 	clk := testingclock.NewFakeClock(testNow)
 	_, done := startFollowed(t, clk)
-	for stepped := time.Duration(0); ; stepped += time.Second {
+	const step = 50 * time.Millisecond
+	for stepped := time.Duration(0); ; stepped += step {
 		select {
 		case evs := <-done:
 			if stepped < eventSettle {
 				t.Fatalf("ready after %s of fake time, want the %s wait: %q", stepped, eventSettle, messages(evs))
 			}
-			want := []string{"The server is running; Kubernetes has not reported its Scheduled and Started events yet (waited 1s).", "Server ready at http://10.0.0.7:8888"}
+			want := []string{"The server is running; Kubernetes has not reported its Scheduled and Started events yet (waited 250ms).", "Server ready at http://10.0.0.7:8888"}
 			if got := messages(evs); strings.Join(got, "|") != strings.Join(want, "|") {
 				t.Fatalf("progress %q, want %q", got, want)
 			}
@@ -120,6 +121,6 @@ func TestFollowSaysWhenEventsAreMissing(t *testing.T) {
 		if stepped > 20*time.Second {
 			t.Fatal("no ready while the events were missing")
 		}
-		clk.Step(time.Second)
+		clk.Step(step)
 	}
 }

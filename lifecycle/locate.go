@@ -122,8 +122,8 @@ func (m *Manager) locate(key Key, hint Hint) (podRef, *corev1.Pod, bool) {
 	if hint.Pod != "" && hint.Namespace != "" {
 		refs = append(refs, podRef{hint.Namespace, hint.Pod})
 	}
-	if objs, _, err := spawner.Build(m.cfg, spawner.Request{User: key.User, Server: key.Server}); err == nil {
-		refs = append(refs, podRef{objs.Pod.Namespace, objs.Pod.Name})
+	if ns, name, err := spawner.DefaultPod(m.cfg, key.User, key.Server); err == nil {
+		refs = append(refs, podRef{ns, name})
 	}
 	for _, ref := range refs {
 		st := m.watcher.Status(ref.namespace, ref.name)

@@ -392,9 +392,11 @@ func containsQuota(msg string) bool { return strings.Contains(msg, "exceeded quo
 // written asynchronously and can reach the cache after the pod's status.
 // Short, because in a spawn storm their writers (one event at a time
 // each) fall seconds behind the pods, and the wait only completes the
-// progress log the hub leaves at ready (5 s here held 1,000 spawns back
-// 4 s at the median).
-const eventSettle = time.Second
+// progress log the hub leaves at ready: in a storm of 1,000 spawns every
+// spawn waited it out (5 s held them back 4 s at the median, 1 s added
+// 1 s to each), while outside a storm the events come within a few
+// milliseconds of the pod's status. KubeSpawner does not wait at all.
+const eventSettle = 250 * time.Millisecond
 
 // follow records the pod's events as progress and ends the spawn when the
 // pod is ready (and its events so far are told), when it stops, or at

@@ -136,6 +136,21 @@ func Build(cfg *Config, req Request) (*Objects, *Settings, error) {
 	return objs, s, nil
 }
 
+// DefaultPod is the namespace and name of the pod that Build makes for a
+// plain spawn of the server (no user_options): its names without the rest
+// of the pod, for finding a server whose pod is not in a cache yet.
+func DefaultPod(cfg *Config, user, server string) (namespace, name string, err error) {
+	s, err := cfg.Resolve(nil)
+	if err != nil {
+		return "", "", err
+	}
+	n, err := NewNames(s, user, server, 0, "")
+	if err != nil {
+		return "", "", fmt.Errorf("naming objects: %w", err)
+	}
+	return n.Namespace, n.PodName, nil
+}
+
 // builder holds one spawn's settings, with templated traits expanded into
 // e, and the first error met while building.
 type builder struct {

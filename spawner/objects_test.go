@@ -588,3 +588,37 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// DefaultPod names the pod Build makes for a plain spawn, whatever the
+// naming traits: the default profile's namespace and template, user
+// namespaces, the escape slug scheme, long names and named servers.
+func TestDefaultPodIsBuildsPod(t *testing.T) {
+	configs := map[string]string{
+		"profiles":    profilesConfig,
+		"plain":       "kubespawner: {namespace: jhub}\n",
+		"user ns":     "kubespawner:\n  enable_user_namespaces: true\n  user_namespace_template: 'u-{username}'\n",
+		"escape":      "kubespawner:\n  slug_scheme: escape\n  pod_name_template: 'nb-{user_server}'\n",
+		"moved":       "kubespawner:\n  namespace: base\n  profile_list:\n  - {display_name: A, default: true, kubespawner_override: {namespace: course-a, pod_name_template: 'a-{username}--{servername}'}}\n",
+		"non-default": "kubespawner:\n  namespace: base\n  profile_list:\n  - {display_name: A, kubespawner_override: {namespace: course-a}}\n  - {display_name: B, default: true}\n",
+	}
+	users := []struct{ user, server string }{
+		{"alice", ""}, {"bob@ucsd.edu", "lab"}, {"Ünïcode.Name", "gpu-1"},
+		{strings.Repeat("averyveryverylongusername", 3), strings.Repeat("s", 40)},
+	}
+	for name, text := range configs {
+		cfg := mustParse(t, text)
+		for _, u := range users {
+			objs, _, err := Build(cfg, Request{User: u.user, Server: u.server})
+			if err != nil {
+				t.Fatalf("%s: Build(%q, %q): %v", name, u.user, u.server, err)
+			}
+			ns, pod, err := DefaultPod(cfg, u.user, u.server)
+			if err != nil {
+				t.Fatalf("%s: DefaultPod(%q, %q): %v", name, u.user, u.server, err)
+			}
+			if ns != objs.Pod.Namespace || pod != objs.Pod.Name {
+				t.Errorf("%s: DefaultPod(%q, %q) = %s/%s, Build made %s/%s", name, u.user, u.server, ns, pod, objs.Pod.Namespace, objs.Pod.Name)
+			}
+		}
+	}
+}

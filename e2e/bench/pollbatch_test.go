@@ -178,6 +178,13 @@ type batchResult struct {
 	pacedBatches                   int
 	pacedServerP99, pacedServerMax time.Duration
 	pacedServerMean, pacedP99      time.Duration
+	// waited is spawnerd's threads' time runnable but without a CPU, a
+	// batch, in the saturating window.
+	waited time.Duration
+	// The window with spawnerd and the clients on a core each.
+	apartRate                 float64
+	apartServerP99, apartMean time.Duration
+	apartWaited               time.Duration // a batch
 }
 
 // measureBatched polls the same servers in batches of size for window,
@@ -215,6 +222,9 @@ func measureBatched(ctx context.Context, f *fleet, l *pollLoad, size int, window
 		return nil, fmt.Errorf("spawner_http_request_duration_seconds counted %v batches, the clients sent %d", got, len(lat))
 	}
 	per := func(d time.Duration) time.Duration { return time.Duration(float64(d) / float64(n)) }
+	perBatch := func(d time.Duration, batches int) time.Duration {
+		return time.Duration(float64(d) / float64(max(batches, 1)))
+	}
 	bound := func(q float64) time.Duration {
 		return time.Duration(bucketBound(before, after, "spawner_http_request_duration_seconds", batchRoute, q) * float64(time.Second))
 	}
@@ -227,6 +237,7 @@ func measureBatched(ctx context.Context, f *fleet, l *pollLoad, size int, window
 		p50:        percentile(lat, 0.5), p99: percentile(lat, 0.99),
 		allocs:     delta(before, after, "go_memstats_mallocs_total") / float64(n),
 		allocBytes: delta(before, after, "go_memstats_alloc_bytes_total") / float64(n),
+		waited:     perBatch(cpu1.waits["spawnerd"]-cpu0.waits["spawnerd"], len(lat)),
 	}
 	if r.prof, err = profileWhile(ctx, debugAddr, pollProfileWindow, func(ctx context.Context, d time.Duration) error {
 		_, _, _, err := b.run(ctx, d)
@@ -252,6 +263,29 @@ func measureBatched(ctx context.Context, f *fleet, l *pollLoad, size int, window
 	r.pacedServerMax = bound(1)
 	r.pacedServerMean = mean(before, after, "spawner_http_request_duration_seconds", batchRoute)
 	r.pacedP99 = percentile(paced, 0.99)
+
+	// The same saturating load with spawnerd on one core and the clients
+	// on the other: the batch's time without the clients' threads taking
+	// spawnerd's core in the middle of it.
+	if before, err = scrape(ctx, f.api.URL); err != nil {
+		return nil, err
+	}
+	err = apart(ctx, f.cpu, func() error {
+		w0 := f.cpu.sample()
+		lat, n, elapsed, err := b.run(ctx, window)
+		w1 := f.cpu.sample()
+		r.apartRate = float64(n) / elapsed.Seconds()
+		r.apartWaited = perBatch(w1.waits["spawnerd"]-w0.waits["spawnerd"], len(lat))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("batches with spawnerd and the clients apart: %w", err)
+	}
+	if after, err = scrape(ctx, f.api.URL); err != nil {
+		return nil, err
+	}
+	r.apartServerP99 = bound(0.99)
+	r.apartMean = mean(before, after, "spawner_http_request_duration_seconds", batchRoute)
 	return r, nil
 }
 
@@ -265,10 +299,14 @@ func (r *batchResult) rows(size int) [][]string {
 			"p99 ≤ " + micros(pollP99Target), metAtMost(r.serverP99, pollP99Target)},
 		{"batched: server-side mean of a batch", microsFrac(r.serverMean), "", ""},
 		{"batched: client p50 / p99 of a batch", strings.Join([]string{micros(r.p50), micros(r.p99)}, " / "), "", ""},
+		{"batched: spawnerd's threads runnable but waiting for a CPU, a batch", microsFrac(r.waited), "", ""},
 		{"batched: spawnerd allocations per poll (whole process)", fmt.Sprintf("%.1f (%.0f B)", r.allocs, r.allocBytes), "", ""},
 		{"batched: load generator CPU per poll", microsFrac(r.clientPerPoll), "", ""},
 		{fmt.Sprintf("batched at a hub's pace (one batch every %s: 10,000 servers polled every 30 s), %d batches: server-side mean / p99 / max of a batch",
 			pacedInterval, r.pacedBatches), microsFrac(r.pacedServerMean) + " / ≤ " + micros(r.pacedServerP99) + " / ≤ " + micros(r.pacedServerMax), "", ""},
 		{"batched at a hub's pace: client p99 of a batch", micros(r.pacedP99), "", ""},
+		{"batched, spawnerd on one core and the clients on the other: polls/s / server-side mean / p99 of a batch",
+			fmt.Sprintf("%.0f / %s / ≤ %s", r.apartRate, microsFrac(r.apartMean), micros(r.apartServerP99)), "", ""},
+		{"batched, apart: spawnerd's threads waiting for a CPU, a batch", microsFrac(r.apartWaited), "", ""},
 	}
 }

@@ -193,7 +193,8 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		}
 		profWG.Wait()
 		if profErr == nil {
-			profErr = pprofTop(b.Context(), b, fmt.Sprintf("spawnerd, the storm's first %s", stormProfileWindow), prof)
+			what := fmt.Sprintf("spawnerd, the storm's first %s", stormProfileWindow)
+			profErr = errors.Join(pprofTop(b.Context(), b, what, prof), pprofTop(b.Context(), b, what, prof, "-cum"))
 		}
 		if profErr != nil {
 			b.Error(profErr)

@@ -88,6 +88,9 @@ type cpuSample struct {
 	at    time.Time
 	busy  time.Duration // all CPUs, not idle or waiting for I/O
 	procs map[string]time.Duration
+	// waits is, per component, how long its threads have been runnable
+	// but waiting for a CPU: the cores' contention, not the work.
+	waits map[string]time.Duration
 }
 
 // newCPUMeter finds this process's descendants started from binaries in
@@ -162,10 +165,11 @@ func statFields(pid int) []string {
 }
 
 func (m *cpuMeter) sample() cpuSample {
-	s := cpuSample{at: time.Now(), busy: machineBusy(), procs: map[string]time.Duration{}}
+	s := cpuSample{at: time.Now(), busy: machineBusy(), procs: map[string]time.Duration{}, waits: map[string]time.Duration{}}
 	for name, pids := range m.pids {
 		for _, pid := range pids {
 			s.procs[name] += processCPU(pid)
+			s.waits[name] += processWait(pid)
 		}
 	}
 	return s
@@ -212,17 +216,17 @@ func (m *cpuMeter) report(title string, from, to cpuSample) string {
 		}
 		return strconv.FormatFloat(100*float64(d)/float64(capacity), 'f', 0, 64) + " %"
 	}
-	rows := [][]string{{"process", "CPU time", fmt.Sprintf("share of %d CPUs × %s", numCPU(), secs(wall))}}
+	rows := [][]string{{"process", "CPU time", fmt.Sprintf("share of %d CPUs × %s", numCPU(), secs(wall)), "runnable, waiting for a CPU"}}
 	var ours time.Duration
 	for _, name := range m.names {
 		d := to.procs[name] - from.procs[name]
 		ours += d
-		rows = append(rows, []string{name, secs(d), pct(d)})
+		rows = append(rows, []string{name, secs(d), pct(d), secs(to.waits[name] - from.waits[name])})
 	}
 	other := max(to.busy-from.busy-ours, 0)
 	rows = append(rows,
-		[]string{"other processes (other builds, CHP)", secs(other), pct(other)},
-		[]string{"idle", secs(max(capacity-ours-other, 0)), pct(max(capacity-ours-other, 0))})
+		[]string{"other processes (other builds, CHP)", secs(other), pct(other), ""},
+		[]string{"idle", secs(max(capacity-ours-other, 0)), pct(max(capacity-ours-other, 0)), ""})
 	out := table(title, rows)
 	if capacity > 0 && float64(other) > disturbed*float64(capacity) {
 		out += fmt.Sprintf("DISTURBED: other processes took %s of the CPUs; these numbers are not comparable\n", pct(other))
@@ -263,6 +267,32 @@ func processCPU(pid int) time.Duration {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	k, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+k) * time.Second / userHZ
+}
+
+// processWait sums how long a process's threads have waited on a run
+// queue for a CPU (the second field of /proc/PID/task/TID/schedstat, in
+// nanoseconds). Threads that ended take their share with them, which the
+// Go runtime's long-lived threads make small.
+func processWait(pid int) time.Duration {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		data, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(data))
+		if len(f) < 2 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[1], 10, 64)
+		sum += time.Duration(ns)
+	}
+	return sum
 }
 
 // numCPU counts the cpuN lines of /proc/stat: the CPUs the busy time is

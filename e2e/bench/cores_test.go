@@ -1,0 +1,89 @@
+package bench_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// gomaxprocsUpdate is how long a Go process takes to follow a change of its
+// CPU affinity with GOMAXPROCS: its sysmon reads the affinity once a second.
+const gomaxprocsUpdate = 2500 * time.Millisecond
+
+// pinThreads sets the CPU affinity of every thread of pid to cpus (nil:
+// every CPU of the machine). Threads made later inherit the mask of the
+// thread that makes them, so the pass runs twice to catch a thread made
+// from one not yet pinned.
+func pinThreads(pid int, cpus []int) error {
+	var set unix.CPUSet
+	set.Zero()
+	if cpus == nil {
+		for c := range numCPU() {
+			set.Set(c)
+		}
+	}
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	for range 2 {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("listing the threads of %d: %w", pid, err)
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("setting the CPU affinity of thread %d of %d: %w", tid, pid, err)
+			}
+		}
+	}
+	return nil
+}
+
+// apart runs measure with spawnerd's threads on CPU 0 and this process's
+// (the load generator's) on CPU 1, then gives both every CPU back. The
+// dev cluster's processes stay free to run on either. It is how much of a
+// latency comes from spawnerd sharing its cores with the clients: on two
+// cores both Go runtimes follow the affinity down to GOMAXPROCS 1.
+func apart(ctx context.Context, m *cpuMeter, measure func() error) error {
+	if numCPU() < 2 {
+		return errors.New("needs two CPUs")
+	}
+	server := m.pids["spawnerd"]
+	if len(server) != 1 {
+		return fmt.Errorf("want one spawnerd process, found %v", server)
+	}
+	self := os.Getpid()
+	restore := func() error {
+		return errors.Join(pinThreads(server[0], nil), pinThreads(self, nil))
+	}
+	if err := errors.Join(pinThreads(server[0], []int{0}), pinThreads(self, []int{1})); err != nil {
+		return errors.Join(err, restore())
+	}
+	select {
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), restore())
+	case <-time.After(gomaxprocsUpdate):
+	}
+	err := measure()
+	if rerr := restore(); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	// The next measurement starts with GOMAXPROCS back at the machine's.
+	select {
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	case <-time.After(gomaxprocsUpdate):
+	}
+	return err
+}
