@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	goruntime "runtime"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func BenchmarkPollHandler(b *testing.B) {
 		fast.h, viaEcho.h = http.Header{}, http.Header{}
 		api.ServeHTTP(&viaEcho, slow[i])
 		api.ServeHTTP(&fast, reqs[i])
-		if fast.code != http.StatusOK || !bytes.Equal(fast.body.Bytes(), viaEcho.body.Bytes()) || fast.h.Get("X-Request-Id") == "" ||
+		if fast.code != http.StatusOK || !bytes.Equal(ageless(fast.body.Bytes()), ageless(viaEcho.body.Bytes())) || fast.h.Get("X-Request-Id") == "" ||
 			fast.h.Get("Content-Type") != viaEcho.h.Get("Content-Type") {
 			b.Fatalf("poll of %s: fast path %d %v %s, echo's %d %v %s", user, fast.code, fast.h, fast.body.Bytes(), viaEcho.code, viaEcho.h, viaEcho.body.Bytes())
 		}
@@ -193,3 +194,9 @@ func BenchmarkBatchedPollHandler(b *testing.B) {
 		})
 	}
 }
+
+// agePattern is the answer's age, which moves on by a second between two
+// answers that straddle a rounding boundary.
+var agePattern = regexp.MustCompile(`"age":"[^"]*"`)
+
+func ageless(body []byte) []byte { return agePattern.ReplaceAll(body, []byte(`"age":""`)) }

@@ -280,8 +280,10 @@ func BenchmarkCacheMemoryPerPod(b *testing.B) {
 	identity := func(obj any) (any, error) { return obj, nil }
 	for b.Loop() {
 		r := fill(trimPod)
-		b.ReportMetric(r.pods+r.events, "bytes/pod")
-		b.ReportMetric(r.pods, "pod-bytes/pod")
+		// Named as the e2e cache benchmark names them: bytes/pod is the
+		// pod's share alone, events are counted apart.
+		b.ReportMetric(r.pods, "bytes/pod")
+		b.ReportMetric(r.pods+r.events, "bytes/pod-with-events")
 		b.ReportMetric(r.events/benchEventsPerPod, "bytes/event")
 		b.ReportMetric(fill(identity).pods, "untrimmed-bytes/pod")
 	}
