@@ -87,3 +87,40 @@ func apart(ctx context.Context, m *cpuMeter, measure func() error) error {
 	}
 	return err
 }
+
+// apartResult is one window measured with spawnerd and the clients apart.
+type apartResult struct {
+	rate      float64       // polls a second
+	mean, p99 time.Duration // a request's server-side time (p99: bucket bound)
+	waited    time.Duration // spawnerd's threads runnable without a CPU, a request
+}
+
+// measureApart runs one window of load apart from spawnerd and reads what
+// spawnerd's request histogram saw of route (its labels) meanwhile. run
+// returns how many requests it sent, how many polls they held and how
+// long it took.
+func measureApart(ctx context.Context, f *fleet, route string, run func() (requests, polls int, elapsed time.Duration, err error)) (apartResult, error) {
+	var r apartResult
+	before, err := scrape(ctx, f.api.URL)
+	if err != nil {
+		return r, err
+	}
+	err = apart(ctx, f.cpu, func() error {
+		w0 := f.cpu.sample()
+		requests, polls, elapsed, err := run()
+		w1 := f.cpu.sample()
+		r.rate = float64(polls) / elapsed.Seconds()
+		r.waited = time.Duration(float64(w1.waits["spawnerd"]-w0.waits["spawnerd"]) / float64(max(requests, 1)))
+		return err
+	})
+	if err != nil {
+		return r, fmt.Errorf("spawnerd and the clients apart: %w", err)
+	}
+	after, err := scrape(ctx, f.api.URL)
+	if err != nil {
+		return r, err
+	}
+	r.p99 = time.Duration(bucketBound(before, after, "spawner_http_request_duration_seconds", route, 0.99) * float64(time.Second))
+	r.mean = mean(before, after, "spawner_http_request_duration_seconds", route)
+	return r, nil
+}

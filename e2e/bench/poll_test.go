@@ -216,24 +216,13 @@ func BenchmarkPollHTTP(b *testing.B) {
 	// 3b. The same polls with spawnerd on one core and the clients on the
 	// other: how much of the tail is the clients' threads taking
 	// spawnerd's core.
-	abefore, err := scrape(ctx, f.api.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var apartRate float64
-	if err := apart(ctx, f.cpu, func() error {
+	apartGET, err := measureApart(ctx, f, pollRoute, func() (int, int, time.Duration, error) {
 		l, el, err := load.run(ctx, pollWindow)
-		apartRate = float64(len(l)) / el.Seconds()
-		return err
-	}); err != nil {
-		b.Fatalf("polls with spawnerd and the clients apart: %v", err)
-	}
-	aafter, err := scrape(ctx, f.api.URL)
+		return len(l), len(l), el, err
+	})
 	if err != nil {
-		b.Fatal(err)
+		b.Fatalf("polls: %v", err)
 	}
-	apartP99 := time.Duration(bucketBound(abefore, aafter, "spawner_http_request_duration_seconds", pollRoute, 0.99) * float64(time.Second))
-	apartMean := mean(abefore, aafter, "spawner_http_request_duration_seconds", pollRoute)
 
 	// 4. Where spawnerd's CPU goes, under the poll load.
 	prof, err := load.profile(ctx, debugAddr, pollProfileWindow)
@@ -281,7 +270,7 @@ func BenchmarkPollHTTP(b *testing.B) {
 		{"client p50 / p99 / p99.9 / max", strings.Join([]string{micros(p50), micros(p99), micros(p999), micros(top)}, " / "), "", ""},
 		{"spawnerd's threads runnable but waiting for a CPU, a poll", microsFrac(perPoll(cpu1.waits["spawnerd"] - cpu0.waits["spawnerd"])), "", ""},
 		{"spawnerd on one core and the clients on the other: polls/s / server-side mean / p99",
-			fmt.Sprintf("%.0f / %s / ≤ %s", apartRate, microsFrac(apartMean), micros(apartP99)), "", ""},
+			fmt.Sprintf("%.0f / %s / ≤ %s", apartGET.rate, microsFrac(apartGET.mean), micros(apartGET.p99)), "", ""},
 		{"spawnerd allocations per poll (whole process)", fmt.Sprintf("%.1f (%.0f B)", allocs, allocBytes), "", ""},
 		{"load generator CPU per poll", microsFrac(clientPerPoll), "", ""},
 		{"net/http floor: requests/s (same clients, a handler writing the command line)", fmt.Sprintf("%.0f", floorRate), "", ""},
@@ -307,9 +296,9 @@ func BenchmarkPollHTTP(b *testing.B) {
 	b.ReportMetric(us64(batched.serverP99), "batch-server-p99-µs")
 	b.ReportMetric(batched.allocs, "batch-allocs/poll")
 	b.ReportMetric(us64(batched.pacedServerP99), "batch-paced-server-p99-µs")
-	b.ReportMetric(us64(apartP99), "apart-server-p99-µs")
-	b.ReportMetric(us64(batched.apartServerP99), "batch-apart-server-p99-µs")
-	b.ReportMetric(batched.apartRate, "batch-apart-polls/s")
+	b.ReportMetric(us64(apartGET.p99), "apart-server-p99-µs")
+	b.ReportMetric(us64(batched.apart.p99), "batch-apart-server-p99-µs")
+	b.ReportMetric(batched.apart.rate, "batch-apart-polls/s")
 }
 
 func us64(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -182,9 +182,7 @@ type batchResult struct {
 	// batch, in the saturating window.
 	waited time.Duration
 	// The window with spawnerd and the clients on a core each.
-	apartRate                 float64
-	apartServerP99, apartMean time.Duration
-	apartWaited               time.Duration // a batch
+	apart apartResult
 }
 
 // measureBatched polls the same servers in batches of size for window,
@@ -267,25 +265,12 @@ func measureBatched(ctx context.Context, f *fleet, l *pollLoad, size int, window
 	// The same saturating load with spawnerd on one core and the clients
 	// on the other: the batch's time without the clients' threads taking
 	// spawnerd's core in the middle of it.
-	if before, err = scrape(ctx, f.api.URL); err != nil {
-		return nil, err
-	}
-	err = apart(ctx, f.cpu, func() error {
-		w0 := f.cpu.sample()
+	if r.apart, err = measureApart(ctx, f, batchRoute, func() (int, int, time.Duration, error) {
 		lat, n, elapsed, err := b.run(ctx, window)
-		w1 := f.cpu.sample()
-		r.apartRate = float64(n) / elapsed.Seconds()
-		r.apartWaited = perBatch(w1.waits["spawnerd"]-w0.waits["spawnerd"], len(lat))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("batches with spawnerd and the clients apart: %w", err)
+		return len(lat), n, elapsed, err
+	}); err != nil {
+		return nil, fmt.Errorf("batches: %w", err)
 	}
-	if after, err = scrape(ctx, f.api.URL); err != nil {
-		return nil, err
-	}
-	r.apartServerP99 = bound(0.99)
-	r.apartMean = mean(before, after, "spawner_http_request_duration_seconds", batchRoute)
 	return r, nil
 }
 
@@ -306,7 +291,7 @@ func (r *batchResult) rows(size int) [][]string {
 			pacedInterval, r.pacedBatches), microsFrac(r.pacedServerMean) + " / ≤ " + micros(r.pacedServerP99) + " / ≤ " + micros(r.pacedServerMax), "", ""},
 		{"batched at a hub's pace: client p99 of a batch", micros(r.pacedP99), "", ""},
 		{"batched, spawnerd on one core and the clients on the other: polls/s / server-side mean / p99 of a batch",
-			fmt.Sprintf("%.0f / %s / ≤ %s", r.apartRate, microsFrac(r.apartMean), micros(r.apartServerP99)), "", ""},
-		{"batched, apart: spawnerd's threads waiting for a CPU, a batch", microsFrac(r.apartWaited), "", ""},
+			fmt.Sprintf("%.0f / %s / ≤ %s", r.apart.rate, microsFrac(r.apart.mean), micros(r.apart.p99)), "", ""},
+		{"batched, apart: spawnerd's threads waiting for a CPU, a batch", microsFrac(r.apart.waited), "", ""},
 	}
 }
