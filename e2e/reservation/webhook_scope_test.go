@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/dsmlp/spawner/admission"
@@ -110,16 +111,23 @@ func TestWebhookScope(t *testing.T) {
 	}
 
 	// After: an update of each goes through, its template untouched.
+	// The job controller writes the job's status meanwhile, so an update
+	// can meet a newer resourceVersion: read again and retry on conflict.
 	for _, name := range []string{"cpu-old", "gpu-old"} {
-		j, err := jobs.Get(ctx, name, metav1.GetOptions{})
+		var j *batchv1.Job
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := jobs.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if cur.Labels == nil {
+				cur.Labels = map[string]string{}
+			}
+			cur.Labels["touched"] = "yes"
+			j, err = jobs.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		if j.Labels == nil {
-			j.Labels = map[string]string{}
-		}
-		j.Labels["touched"] = "yes"
-		if j, err = jobs.Update(ctx, j, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("updating job %s created before the webhook: %v", name, err)
 		}
 		if hasPodinfo(j.Spec.Template.Spec) {
