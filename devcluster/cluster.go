@@ -53,6 +53,9 @@ type Options struct {
 	// beside 127.0.0.1, and every kubeconfig points at it, which works for
 	// this machine's clients too since the address is local.
 	ServeIP net.IP
+	// Profiling serves kube-apiserver's /debug/pprof (to cluster admins),
+	// for benchmarks that profile the API server beside their own work.
+	Profiling bool
 }
 
 // Cluster is a running dev cluster.
@@ -270,7 +273,7 @@ func (c *Cluster) define() {
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction,ResourceQuota",
 		"--allow-privileged=true",
-		"--profiling=false",
+		"--profiling="+strconv.FormatBool(c.opts.Profiling),
 		// Spawn storms and 10,000-pod benchmarks: do not throttle the clients under test.
 		"--max-requests-inflight=3000", "--max-mutating-requests-inflight=1000",
 		"--enable-priority-and-fairness=false",

@@ -56,7 +56,9 @@ func TestMain(m *testing.M) {
 		LocalRuntime: ptr.To(false),
 	}
 	var dir string
-	code := harness.Main(m, &env, nodes, func(e *harness.Env) error {
+	// The API server serves its profile: the storm compares its CPU with
+	// and without spawnerd.
+	code := harness.MainWith(m, &env, harness.ClusterOptions{Nodes: nodes, Profiling: true}, func(e *harness.Env) error {
 		var err error
 		if dir, err = os.MkdirTemp("", "bench-bin-"); err != nil {
 			return err

@@ -17,9 +17,7 @@ import (
 const gomaxprocsUpdate = 2500 * time.Millisecond
 
 // pinThreads sets the CPU affinity of every thread of pid to cpus (nil:
-// every CPU of the machine). Threads made later inherit the mask of the
-// thread that makes them, so the pass runs twice to catch a thread made
-// from one not yet pinned.
+// every CPU of the machine).
 func pinThreads(pid int, cpus []int) error {
 	var set unix.CPUSet
 	set.Zero()
@@ -31,6 +29,20 @@ func pinThreads(pid int, cpus []int) error {
 	for _, c := range cpus {
 		set.Set(c)
 	}
+	return eachThread(pid, "setting the CPU affinity", func(tid int) error { return unix.SchedSetaffinity(tid, &set) })
+}
+
+// niceThreads sets the nice value of every thread of pid: on Linux a
+// nice value is a thread's, not the process's.
+func niceThreads(pid, nice int) error {
+	return eachThread(pid, "setting the nice value", func(tid int) error { return unix.Setpriority(unix.PRIO_PROCESS, tid, nice) })
+}
+
+// eachThread calls set on every thread of pid. Threads made later inherit
+// the setting of the thread that makes them, so the pass runs twice to
+// catch a thread made from one not yet set; a thread gone meanwhile is
+// skipped.
+func eachThread(pid int, what string, set func(tid int) error) error {
 	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
 	for range 2 {
 		tasks, err := os.ReadDir(dir)
@@ -42,8 +54,8 @@ func pinThreads(pid int, cpus []int) error {
 			if err != nil {
 				continue
 			}
-			if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("setting the CPU affinity of thread %d of %d: %w", tid, pid, err)
+			if err := set(tid); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("%s of thread %d of %d: %w", what, tid, pid, err)
 			}
 		}
 	}

@@ -924,10 +924,23 @@ func profileColdStart(ctx context.Context, b *testing.B, f *scaleFixture) error 
 }
 
 // pprofTop prints pprof's top of a profile, with the extra pprof flags.
+// With BENCH_PROFILES=DIR the profile is kept in DIR too, named after the
+// benchmark and what it profiles, for a closer look with go tool pprof.
 func pprofTop(ctx context.Context, b *testing.B, what string, profile []byte, flags ...string) error {
 	path := filepath.Join(b.TempDir(), "bench.pprof")
 	if err := os.WriteFile(path, profile, 0o644); err != nil {
 		return err
+	}
+	if dir := os.Getenv("BENCH_PROFILES"); dir != "" {
+		name := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+				return r
+			}
+			return '_'
+		}, b.Name()+"-"+what)
+		if err := os.WriteFile(filepath.Join(dir, name+".pprof"), profile, 0o644); err != nil {
+			return fmt.Errorf("keeping the profile: %w", err)
+		}
 	}
 	args := append([]string{"tool", "pprof", "-top", "-nodecount=25"}, flags...)
 	out, err := exec.CommandContext(ctx, "go", append(args, path)...).Output()

@@ -53,6 +53,8 @@ type ClusterOptions struct {
 	Nodes *devcluster.NodeConfig
 	// ServeIP: see devcluster.Options.ServeIP.
 	ServeIP net.IP
+	// Profiling: see devcluster.Options.Profiling.
+	Profiling bool
 }
 
 // MainWith is Main with more choices about the cluster.
@@ -99,7 +101,7 @@ func StartWith(ctx context.Context, opts ClusterOptions) (*Env, func(failed bool
 	if os.Getenv("E2E_VERBOSE") != "" {
 		logger, _ = zap.NewDevelopment()
 	}
-	cluster, err := devcluster.Start(ctx, devcluster.Options{Dir: dir, BinDir: bin, Nodes: opts.Nodes, Logger: logger, ServeIP: opts.ServeIP})
+	cluster, err := devcluster.Start(ctx, devcluster.Options{Dir: dir, BinDir: bin, Nodes: opts.Nodes, Logger: logger, ServeIP: opts.ServeIP, Profiling: opts.Profiling})
 	if err != nil {
 		return nil, nil, err
 	}
