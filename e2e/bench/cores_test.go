@@ -71,15 +71,15 @@ func apart(ctx context.Context, m *cpuMeter, measure func() error) error {
 	if numCPU() < 2 {
 		return errors.New("needs two CPUs")
 	}
-	server := m.pids["spawnerd"]
-	if len(server) != 1 {
-		return fmt.Errorf("want one spawnerd process, found %v", server)
+	server, err := m.spawnerdPID()
+	if err != nil {
+		return err
 	}
 	self := os.Getpid()
 	restore := func() error {
-		return errors.Join(pinThreads(server[0], nil), pinThreads(self, nil))
+		return errors.Join(pinThreads(server, nil), pinThreads(self, nil))
 	}
-	if err := errors.Join(pinThreads(server[0], []int{0}), pinThreads(self, []int{1})); err != nil {
+	if err := errors.Join(pinThreads(server, []int{0}), pinThreads(self, []int{1})); err != nil {
 		return errors.Join(err, restore())
 	}
 	select {
@@ -87,7 +87,7 @@ func apart(ctx context.Context, m *cpuMeter, measure func() error) error {
 		return errors.Join(ctx.Err(), restore())
 	case <-time.After(gomaxprocsUpdate):
 	}
-	err := measure()
+	err = measure()
 	if rerr := restore(); rerr != nil {
 		return errors.Join(err, rerr)
 	}

@@ -243,11 +243,12 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		f := newFleet(b, harness.SpawnerdOptions{Args: []string{
 			"--kube-qps", strconv.Itoa(spawnerdQPS), "--kube-burst", strconv.Itoa(spawnerdBurst)}})
 		show(f.cpu.settle(b.Context(), settleWait))
-		server, self := f.cpu.pids["spawnerd"], os.Getpid()
-		if len(server) != 1 {
-			b.Fatalf("want one spawnerd process, found %v", server)
+		server, err := f.cpu.spawnerdPID()
+		if err != nil {
+			b.Fatal(err)
 		}
-		nice := func(n int) error { return errors.Join(niceThreads(server[0], n), niceThreads(self, n)) }
+		self := os.Getpid()
+		nice := func(n int) error { return errors.Join(niceThreads(server, n), niceThreads(self, n)) }
 		if err := nice(19); err != nil {
 			b.Fatal(errors.Join(err, nice(0)))
 		}

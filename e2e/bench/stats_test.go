@@ -83,6 +83,16 @@ type cpuMeter struct {
 	names []string
 }
 
+// spawnerdPID is the one spawnerd process the meter follows; the
+// benchmarks that pin or renice it need exactly one.
+func (m *cpuMeter) spawnerdPID() (int, error) {
+	pids := m.pids["spawnerd"]
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("want one spawnerd process, found %v", pids)
+	}
+	return pids[0], nil
+}
+
 // cpuSample is one reading of a cpuMeter.
 type cpuSample struct {
 	at    time.Time
