@@ -938,6 +938,9 @@ func pprofTop(ctx context.Context, b *testing.B, what string, profile []byte, fl
 			}
 			return '_'
 		}, b.Name()+"-"+what)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("keeping the profile: %w", err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name+".pprof"), profile, 0o644); err != nil {
 			return fmt.Errorf("keeping the profile: %w", err)
 		}
