@@ -49,8 +49,10 @@ const (
 	// scalePosters is how many POSTs are in flight at once while the scale
 	// phase fills the hub. With thousands of users in its database the hub's
 	// event loop takes 40–90 ms a POST (its OAuth client, ORM commits); 500
-	// at once kept it busy for tens of seconds, so its own requests to
-	// spawnerd and the proxy timed out, 64 at a time, in its client's queue.
+	// at once kept it busy for tens of seconds, so its calls to the proxy
+	// (its shared client, 10 slots) timed out, and so did the class's calls to
+	// spawnerd in tornado's queue until the class waited for its slots itself
+	// (http_queue_timeout).
 	scalePosters = 16
 	// hubIdlePoll is the poll interval while spawning: longer than any
 	// spawn phase, so that a spawn's CPU holds no periodic poll.

@@ -1,6 +1,7 @@
 """HTTP and WebSocket client for spawnerd's hub-facing API (one method per endpoint)."""
 
 import asyncio
+import collections
 import json
 from urllib.parse import quote, urlencode
 
@@ -111,10 +112,12 @@ def _close_when_connected(connecting):
         connecting.result().close()
 
 
-# One AsyncHTTPClient per event loop and size, shared by every spawner of the hub. Keyed by the
-# loop object, not its id(): an id can be reused by a later loop once the first is freed, which
-# would hand that loop a client bound to the dead one. (A hub has one loop for its life.)
+# One AsyncHTTPClient and one Gate per event loop and size, shared by every spawner of the hub.
+# Keyed by the loop object, not its id(): an id can be reused by a later loop once the first is
+# freed, which would hand that loop a client bound to the dead one. (A hub has one loop for its
+# life.)
 _http_clients = {}
+_gates = {}
 
 
 def shared_http_client(max_clients):
@@ -133,6 +136,62 @@ def shared_http_client(max_clients):
     return client
 
 
+def shared_gate(max_clients):
+    """shared_gate returns the hub process's Gate of max_clients slots for spawnerd calls."""
+    gates = _gates.setdefault(asyncio.get_running_loop(), {})
+    gate = gates.get(max_clients)
+    if gate is None:
+        gate = gates[max_clients] = Gate(max_clients)
+    return gate
+
+
+class Gate:
+    """Gate lets at most ``size`` requests to spawnerd be in flight; the rest wait in turn.
+
+    The wait is here rather than in tornado's client queue, which gives a queued request
+    min(connect_timeout, request_timeout) in all: under a burst larger than the slots (500
+    starts at once, 64 slots) requests failed as "Timeout in request queue" though spawnerd
+    answered each in well under request_timeout. Here request_timeout starts once a request
+    has its slot, and the wait has a bound of its own (queue_timeout). A FIFO of futures
+    rather than asyncio.Semaphore, whose waiters Python 3.11 can lose on cancellation.
+    """
+
+    def __init__(self, size):
+        self.size = size
+        self._free = size
+        self._waiters = collections.deque()
+
+    def busy(self):
+        """busy returns how many slots are taken and how many requests wait."""
+        return self.size - self._free, sum(1 for w in self._waiters if not w.done())
+
+    async def acquire(self, timeout):
+        """acquire takes a slot, waiting at most ``timeout`` seconds; it raises TimeoutError."""
+        if self._free > 0:  # then no one waits: release() hands a slot on before it frees one
+            self._free -= 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot as the wait ended: pass it on
+            else:
+                waiter.cancel()  # release() skips it
+            raise
+
+    def release(self):
+        """release frees a slot, or hands it to the longest waiter."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 class Client:
     """Client calls spawnerd on behalf of one hub user at a time.
 
@@ -141,7 +200,15 @@ class Client:
     """
 
     def __init__(
-        self, base_url, token_for, timeout, http_client=None, ping_interval=None, read_token_for=None, max_clients=64
+        self,
+        base_url,
+        token_for,
+        timeout,
+        http_client=None,
+        ping_interval=None,
+        read_token_for=None,
+        max_clients=64,
+        queue_timeout=None,
     ):
         self._base = base_url.rstrip("/")
         self._token_for = token_for
@@ -156,6 +223,8 @@ class Client:
         # Tests pass a client; otherwise shared_http_client(max_clients).
         self._http = http_client
         self._max_clients = max_clients
+        # How long a request may wait for one of the max_clients slots (None: no bound).
+        self._queue_timeout = queue_timeout
 
     @property
     def base_url(self):
@@ -163,7 +232,7 @@ class Client:
 
     def sharing_key(self):
         """sharing_key says which clients reach spawnerd the same way (batched polls share them)."""
-        return (self._base, self._timeout, self._http, self._max_clients)
+        return (self._base, self._timeout, self._http, self._max_clients, self._queue_timeout)
 
     def signed_with(self, token_for):
         """signed_with returns a client like this one whose every request carries ``token_for``'s token."""
@@ -175,6 +244,7 @@ class Client:
             ping_interval=self._ping_interval,
             read_token_for=token_for,
             max_clients=self._max_clients,
+            queue_timeout=self._queue_timeout,
         )
 
     def _headers(self, user, admin, read=False):
@@ -185,6 +255,23 @@ class Client:
         }
 
     async def _call(self, action, method, path, user, ok, body=None, admin=False, read=None):
+        gate = shared_gate(self._max_clients)
+        try:
+            await gate.acquire(self._queue_timeout)
+        except TimeoutError:
+            taken, waiting = gate.busy()
+            raise TransportError(
+                f"{action}: no answer from spawnerd at {self._base} freed one of this hub's "
+                f"{self._max_clients} request slots (http_max_clients) within {self._queue_timeout:g} s "
+                f"(http_queue_timeout); {taken} in flight, {waiting} more waiting"
+            ) from None
+        try:
+            return await self._send(action, method, path, user, ok, body, admin, read)
+        finally:
+            gate.release()
+
+    async def _send(self, action, method, path, user, ok, body, admin, read):
+        # The token is minted once the request has its slot, so a long wait cannot age it.
         headers = self._headers(user, admin, read=method == "GET" if read is None else read)
         data = None
         if body is not None:

@@ -75,10 +75,18 @@ class RemoteKubeSpawner(Spawner):
 
     http_max_clients = Integer(
         64,
-        help="""Requests to spawnerd in flight at once from this hub (more wait in the client's
-        queue, within request_timeout). They go through a client of their own, not the hub's
-        shared one (10 at once, also used for the proxy), so a burst of spawns neither waits
-        behind the hub's proxy calls nor delays them.""",
+        help="""Requests to spawnerd in flight at once from this hub; more wait their turn, up to
+        http_queue_timeout, and request_timeout starts once a request is sent. They go through a
+        client of their own, not the hub's shared one (10 at once, also used for the proxy), so
+        a burst of spawns neither waits behind the hub's proxy calls nor delays them.""",
+    ).tag(config=True)
+
+    http_queue_timeout = Float(
+        60,
+        help="""Seconds a request to spawnerd may wait for one of the http_max_clients slots
+        before it fails. Not counted in request_timeout: a burst of starts larger than the slots
+        waits its turn instead of failing, while a spawnerd that stops answering still fails
+        what is queued (each request in flight ends after request_timeout).""",
     ).tag(config=True)
 
     stop_wait = Float(
@@ -179,6 +187,8 @@ class RemoteKubeSpawner(Spawner):
             )
         if self.http_max_clients < 1:
             raise ValueError(f"RemoteKubeSpawner.http_max_clients must be at least 1, got {self.http_max_clients}")
+        if self.http_queue_timeout <= 0:
+            raise ValueError(f"RemoteKubeSpawner.http_queue_timeout must be above 0, got {self.http_queue_timeout:g}")
         if not 1 <= self.poll_batch_size <= 1000:
             raise ValueError(f"RemoteKubeSpawner.poll_batch_size must be from 1 to 1000, got {self.poll_batch_size}")
         if self.poll_batch_window < 0:
@@ -191,6 +201,7 @@ class RemoteKubeSpawner(Spawner):
             ping_interval=self.progress_ping_interval or None,
             read_token_for=signer.read_token,
             max_clients=self.http_max_clients,
+            queue_timeout=self.http_queue_timeout,
         )
         try:
             self._secret()

@@ -67,6 +67,8 @@ class FakeSpawnerd:
       profiles        list returned by GET /api/v1/profiles
       ws_status       if set, the progress upgrade is refused with this status
       polls_status    if set, POST /api/v1/polls answers this status (404: an older spawnerd)
+      post_delay      seconds a POST start takes before its answer (``post_peak`` keeps the most
+                      POSTs in flight at once)
     A batched poll (POST /api/v1/polls) answers each of its servers from status_replies in
     turn; a reply other than 200 answers the whole batch. Batches are kept in ``batches`` (a
     list of item lists), not in ``requests``, and ``polled()`` lists every poll's hint.
@@ -85,6 +87,9 @@ class FakeSpawnerd:
         self.profiles = []
         self.ws_status = None  # answer the progress upgrade with this status instead
         self.polls_status = None
+        self.post_delay = 0
+        self.posts_in_flight = 0
+        self.post_peak = 0
         self.batches = []
         self.batch_tokens = []
         self._server = None
@@ -206,8 +211,16 @@ class _ServerHandler(_Base):
     def get(self):
         self.reply(*_take(self.fake.status_replies))
 
-    def post(self):
-        self.reply(*self.fake.post_reply)
+    async def post(self):
+        fake = self.fake
+        fake.posts_in_flight += 1
+        fake.post_peak = max(fake.post_peak, fake.posts_in_flight)
+        try:
+            if fake.post_delay:
+                await asyncio.sleep(fake.post_delay)
+        finally:
+            fake.posts_in_flight -= 1
+        self.reply(*fake.post_reply)
 
     def delete(self):
         status = _take(self.fake.delete_replies)
