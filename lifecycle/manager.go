@@ -625,6 +625,9 @@ func (m *Manager) Progress(ctx context.Context, key Key, fn func(Event) error) e
 	m.mu.Lock()
 	sp := m.spawns[key]
 	m.mu.Unlock()
+	if sp != nil && m.superseded(ctx, key, sp) {
+		sp = nil
+	}
 	if sp == nil {
 		sp = m.observe(key)
 	}
@@ -643,6 +646,23 @@ func (m *Manager) Progress(ctx context.Context, key Key, fn func(Event) error) e
 		sp = m.observe(key)
 	}
 	return sp.events.follow(ctx, fn)
+}
+
+// superseded reports whether sp, this replica's last spawn of the server,
+// has ended and the server now has a pod of another UID: a newer spawn,
+// which another replica started when the hub's POST went there and its
+// progress came here. Replaying sp would tell the hub that spawn's end
+// (such as "Spawn cancelled" from the stop before it). The pod may not be
+// in this cache yet, so the API server is asked when the cache has none.
+func (m *Manager) superseded(ctx context.Context, key Key, sp *spawn) bool {
+	if done, _, _ := sp.result(); !done {
+		return false
+	}
+	ref, pod := m.find(key, Hint{})
+	if pod == nil {
+		pod = m.liveOwnPod(ctx, key, Hint{}, ref)
+	}
+	return pod != nil && pod.UID != sp.uid
 }
 
 // observeWait bounds how long progress waits for the pod of a spawn it
