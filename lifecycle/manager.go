@@ -658,10 +658,7 @@ func (m *Manager) superseded(ctx context.Context, key Key, sp *spawn) bool {
 	if done, _, _ := sp.result(); !done {
 		return false
 	}
-	ref, pod := m.find(key, Hint{})
-	if pod == nil {
-		pod = m.liveOwnPod(ctx, key, Hint{}, ref)
-	}
+	_, pod := m.findLive(ctx, key, Hint{})
 	return pod != nil && pod.UID != sp.uid
 }
 
@@ -722,12 +719,8 @@ func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait t
 	if sp != nil {
 		sp.cancel()
 	}
-	ref, pod := m.find(key, hint)
-	if pod == nil {
-		// A pod another replica created a moment ago may not be in this
-		// cache yet: ask the API server before answering "gone".
-		pod = m.liveOwnPod(ctx, key, hint, ref)
-	}
+	// Asked of the API server too before answering "gone".
+	ref, pod := m.findLive(ctx, key, hint)
 	log := m.log.With(zap.String("user", key.User), zap.String("server", key.Server), zap.String("pod", ref.name), zap.String("namespace", ref.namespace))
 	if pod == nil {
 		// Nothing of this server's runs; a pod at its name is someone
@@ -783,20 +776,23 @@ func (m *Manager) Stop(ctx context.Context, key Key, hint Hint, now bool, wait t
 	return true, nil
 }
 
-// liveOwnPod reads the server's pod from the API server at ref, nil unless
-// it is there and the server's own.
-func (m *Manager) liveOwnPod(ctx context.Context, key Key, hint Hint, ref podRef) *corev1.Pod {
-	if ref.name == "" {
-		return nil
+// findLive is find, and when the cache has no pod of the server it reads
+// the pod at ref from the API server: a pod another replica created a
+// moment ago may not be in this cache yet. pod is nil unless it is there
+// and the server's own.
+func (m *Manager) findLive(ctx context.Context, key Key, hint Hint) (podRef, *corev1.Pod) {
+	ref, pod := m.find(key, hint)
+	if pod != nil || ref.name == "" {
+		return ref, pod
 	}
 	p, err := m.client.CoreV1().Pods(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
 	if err != nil {
-		return nil
+		return ref, nil
 	}
 	if ok, _ := m.owns(p, key, hint); !ok {
-		return nil
+		return ref, nil
 	}
-	return p
+	return ref, p
 }
 
 func (m *Manager) deletePodAndWait(ctx context.Context, ref podRef, uid types.UID, grace int64, wait time.Duration) error {

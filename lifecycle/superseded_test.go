@@ -5,16 +5,17 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/dsmlp/spawner/poll"
-	"github.com/dsmlp/spawner/spawner"
 )
 
-// endedSpawn is a spawn this replica started and that a stop cancelled.
-func endedSpawn(m *Manager, uid string) {
+// endedSpawnManager is a manager whose API server holds objects and whose
+// last spawn of alice's server, of pod UID uid, a stop cancelled.
+func endedSpawnManager(t *testing.T, uid string, objects ...runtime.Object) (*Manager, *fakeWatcher) {
+	t.Helper()
+	m, _, w := newManagerWith(t, "kubespawner:\n  namespace: ns1\n  start_timeout: 30\n", objects...)
 	key := Key{User: "alice"}
 	sp := &spawn{key: key, ref: podRef{"ns1", "jupyter-alice"}, uid: types.UID(uid), settings: m.base, events: newEventLog(),
 		started: time.Now(), cancel: func() {}}
@@ -22,6 +23,7 @@ func endedSpawn(m *Manager, uid string) {
 	m.mu.Lock()
 	m.spawns[key] = sp
 	m.mu.Unlock()
+	return m, w
 }
 
 // progressOf collects alice's progress until it ends or 10 s pass.
@@ -41,10 +43,6 @@ func progressOf(t *testing.T, m *Manager) []Event {
 // server, cancelled by the stop before: progress must follow the new pod,
 // not replay that spawn's end.
 func TestProgressFollowsANewerSpawnOfAnotherReplica(t *testing.T) {
-	cfg, err := spawner.Parse([]byte("kubespawner:\n  namespace: ns1\n  start_timeout: 30\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	newer := runningPod("ns1", "jupyter-alice", "new", "10.0.0.9")
 	for _, tc := range []struct {
 		name string
@@ -53,12 +51,7 @@ func TestProgressFollowsANewerSpawnOfAnotherReplica(t *testing.T) {
 		cached bool
 	}{{"in the cache", true}, {"only in the API server yet", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newFakeWatcher()
-			m, err := New(fake.NewClientset(newer.DeepCopy()), cfg, w, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			endedSpawn(m, "old")
+			m, w := endedSpawnManager(t, "old", newer.DeepCopy())
 			running := poll.Status{State: poll.StateRunning, Pod: newer.DeepCopy()}
 			if tc.cached {
 				w.set("ns1", "jupyter-alice", running)
@@ -84,29 +77,20 @@ func TestProgressFollowsANewerSpawnOfAnotherReplica(t *testing.T) {
 // The same replica's ended spawn is still what progress tells when the
 // server's pod is that spawn's own, or there is none.
 func TestProgressReplaysTheEndOfItsOwnLastSpawn(t *testing.T) {
-	cfg, err := spawner.Parse([]byte("kubespawner:\n  namespace: ns1\n  start_timeout: 30\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	own := runningPod("ns1", "jupyter-alice", "old", "10.0.0.9")
 	for _, tc := range []struct {
 		name string
 		pod  bool
 	}{{"its pod", true}, {"no pod", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
-			w := newFakeWatcher()
+			var objects []runtime.Object
 			if tc.pod {
-				if _, err := client.CoreV1().Pods("ns1").Create(context.Background(), own.DeepCopy(), metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
+				objects = append(objects, own.DeepCopy())
+			}
+			m, w := endedSpawnManager(t, "old", objects...)
+			if tc.pod {
 				w.set("ns1", "jupyter-alice", poll.Status{State: poll.StateRunning, Pod: own.DeepCopy()})
 			}
-			m, err := New(client, cfg, w, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			endedSpawn(m, "old")
 			got := progressOf(t, m)
 			if len(got) != 1 || !got[0].Failed || got[0].Message != "Spawn cancelled" {
 				t.Fatalf("progress = %q, want the ended spawn's failure", messages(got))
