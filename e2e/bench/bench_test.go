@@ -156,7 +156,7 @@ func newFleet(b *testing.B, opts harness.SpawnerdOptions) *fleet {
 	ns := env.Namespace(b)
 	opts.Config = fmt.Sprintf(configTemplate, ns)
 	api := env.StartSpawnerd(b, bin, opts)
-	clock, err := watchPods(b.Context(), env.Client, ns)
+	clock, err := watchPods(b.Context(), ns)
 	if err != nil {
 		b.Fatal(err)
 	}

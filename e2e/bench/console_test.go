@@ -139,7 +139,7 @@ func newConsoleStack(b *testing.B, store, ns string) *consoleStack {
 		Env: []string{"SPAWNERD_HUB_TOKEN=" + hubToken, "CONFIGPROXY_AUTH_TOKEN=" + s.proxy.Token},
 	})
 	s.hub = env.StartHub(b, harness.HubOptions{Proxy: s.proxy, Spawnerd: s.api.URL, Secret: s.api.Secret, HubToken: hubToken, Port: hubPort})
-	clock, err := watchPods(ctx, env.Client, ns)
+	clock, err := watchPods(ctx, ns)
 	if err != nil {
 		b.Fatal(err)
 	}

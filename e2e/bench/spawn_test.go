@@ -419,7 +419,7 @@ func bareStorm(ctx context.Context, ns string, users []string) (stormResult, err
 	if err != nil {
 		return stormResult{}, err
 	}
-	clock, err := watchPods(ctx, env.Client, ns)
+	clock, err := watchPods(ctx, ns)
 	if err != nil {
 		return stormResult{}, err
 	}

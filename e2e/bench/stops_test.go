@@ -71,7 +71,7 @@ func BenchmarkStopReaction(b *testing.B) {
 			"--debug", "--debug-listen", debugAddr}, extra...),
 		Env: []string{"CONFIGPROXY_AUTH_TOKEN=" + proxy.Token, "SPAWNERD_HUB_TOKEN=" + hub.token},
 	})
-	watch, err := watchPods(ctx, env.Client, f.ns)
+	watch, err := watchPods(ctx, f.ns)
 	if err != nil {
 		b.Fatal(err)
 	}

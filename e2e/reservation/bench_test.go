@@ -121,7 +121,7 @@ func benchAdmission(b *testing.B, pending int) {
 		mu.Lock()
 		created[p.Name] = time.Now()
 		mu.Unlock()
-		if _, err := env.Client.CoreV1().Pods(probeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if _, err := benchPods.CoreV1().Pods(probeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		time.Sleep(50 * time.Millisecond) // 20 pods/s, each measured on its own
@@ -177,7 +177,7 @@ func createMany(b *testing.B, ns string, n int, mk func(int) *corev1.Pod) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if _, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), mk(i), metav1.CreateOptions{}); err != nil {
+			if _, err := benchPods.CoreV1().Pods(ns).Create(context.Background(), mk(i), metav1.CreateOptions{}); err != nil {
 				errs <- err
 			}
 		}()
@@ -529,11 +529,11 @@ func measureAdmissionRate(b *testing.B, qps float64, profile bool) rateRun {
 // behind ("unresponsive"), and a plain watch would then miss the rest.
 func watchPods(b *testing.B, ns string) watch.Interface {
 	b.Helper()
-	list, err := env.Client.CoreV1().Pods(ns).List(b.Context(), metav1.ListOptions{Limit: 1})
+	list, err := benchPods.CoreV1().Pods(ns).List(b.Context(), metav1.ListOptions{Limit: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	lw := cache.NewListWatchFromClient(env.Client.CoreV1().RESTClient(), "pods", ns, fields.Everything())
+	lw := cache.NewListWatchFromClient(benchPods.CoreV1().RESTClient(), "pods", ns, fields.Everything())
 	w, err := watchtools.NewRetryWatcherWithContext(b.Context(), list.ResourceVersion, lw)
 	if err != nil {
 		b.Fatal(err)
@@ -560,11 +560,11 @@ func settleEngine(b *testing.B) {
 func removePods(b *testing.B, ns string) {
 	b.Helper()
 	ctx := b.Context()
-	if err := env.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+	if err := benchPods.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		list, err := benchPods.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(list.Items) == 0, nil
 	})
 	if err != nil {
@@ -582,7 +582,7 @@ func createEach(b *testing.B, ns string, n, workers int, mk func(int) *corev1.Po
 	for range workers {
 		wg.Go(func() {
 			for i := range next {
-				p, err := env.Client.CoreV1().Pods(ns).Create(context.Background(), mk(i), metav1.CreateOptions{})
+				p, err := benchPods.CoreV1().Pods(ns).Create(context.Background(), mk(i), metav1.CreateOptions{})
 				if err == nil && after != nil {
 					err = after(context.Background(), p)
 				}
@@ -606,10 +606,17 @@ func createEach(b *testing.B, ns string, n, workers int, mk func(int) *corev1.Po
 	}
 }
 
-// printProfile prints go tool pprof's top of a CPU profile of this process.
+// printProfile prints go tool pprof's top of a CPU profile of this process;
+// with BENCH_PROFILES=DIR it keeps the profile in DIR too, as e2e/bench does.
 func printProfile(b *testing.B, data []byte) {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "admission.pprof")
+	if dir := os.Getenv("BENCH_PROFILES"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		path = filepath.Join(dir, "BenchmarkAdmissionRate-engine.pprof")
+	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
