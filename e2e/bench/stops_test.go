@@ -143,6 +143,7 @@ func BenchmarkStopReaction(b *testing.B) {
 		r.cpu = cpu1.procs["spawnerd"] - cpu0.procs["spawnerd"]
 		r.wall = cpu1.at.Sub(cpu0.at)
 		r.api = apiserverWrites(api0, api1)
+		r.watch = apiserverCounters(api0, api1)
 
 		// Each pod's times.
 		r.seen = watch.times(evicted, podNames)
@@ -150,6 +151,7 @@ func BenchmarkStopReaction(b *testing.B) {
 		r.gone = f.clock.times(gone, podNames)
 		r.told = hub.times(us)
 		sl := parseStopLog(f.api.Log())
+		r.informer = sl.times(sl.informer, podNames)
 		r.picked, r.sent = sl.times(sl.picked, podNames), sl.times(sl.sent, podNames)
 		r.took = sl.durations(podNames)
 		for k, name := range podNames {
@@ -193,6 +195,7 @@ type stopRun struct {
 	written   []time.Time     // the eviction's status write answered
 	writeTook []time.Duration // the eviction's GET and status PUT, as the benchmark saw them
 	seen      []time.Time     // T0: the watch delivered the Failed/Evicted update
+	informer  []time.Time     // spawnerd's informer delivered the Failed update
 	picked    []time.Time     // a stop worker took the pod up ("server stopped")
 	sent      []time.Time     // T2: spawnerd wrote the pod's DELETE
 	took      []time.Duration // the DELETE's round trip, as spawnerd saw it
@@ -201,6 +204,7 @@ type stopRun struct {
 	gone      []time.Time     // the watch saw the pod gone
 	cpu, wall time.Duration   // spawnerd's CPU time over the storm's wall time
 	api       map[string]latency
+	watch     map[string]float64 // the API server's counters (apiserverCounters)
 	profile   []byte
 }
 
@@ -211,13 +215,15 @@ type profileResult struct {
 
 // reportStops prints the runs' tables and reports the headline metrics.
 func reportStops(b *testing.B, runs []stopRun, extra []string) {
-	var toHub, toSent, toPicked, pickedToSent, deleteRTT, toDeleting, toGone, writes []time.Duration
+	var toHub, toSent, toPicked, toInformer, informerToPicked, pickedToSent, deleteRTT, toDeleting, toGone, writes []time.Duration
 	var cpu, wall, spread time.Duration
 	api := map[string]latency{}
 	for _, r := range runs {
 		toHub = append(toHub, between(r.seen, r.told)...)
 		toSent = append(toSent, between(r.seen, r.sent)...)
 		toPicked = append(toPicked, between(r.seen, r.picked)...)
+		toInformer = append(toInformer, between(r.seen, r.informer)...)
+		informerToPicked = append(informerToPicked, between(r.informer, r.picked)...)
 		pickedToSent = append(pickedToSent, between(r.picked, r.sent)...)
 		deleteRTT = append(deleteRTT, r.took...)
 		toDeleting = append(toDeleting, between(r.seen, r.deleting)...)
@@ -244,6 +250,8 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 		{"T1 − T0: hub told (DELETE received by the hub)", dist(toHub), "p99 ≤ " + millis(stopTarget), metAtMost(hubP99, stopTarget)},
 		{"T2 − T0: pod delete issued (spawnerd wrote the DELETE)", dist(toSent), "p99 ≤ " + millis(stopTarget), metAtMost(sentP99, stopTarget)},
 		{"  of which: to a stop worker taking the pod up", dist(toPicked), "", ""},
+		{"    of which: to spawnerd's informer delivering the update (negative: before the benchmark's watch)", dist(toInformer), "", ""},
+		{"    of which: from the informer to a stop worker (the work queue)", dist(informerToPicked), "", ""},
 		{"  of which: taken up to DELETE written (client-go's rate limiter)", dist(pickedToSent), "", ""},
 		{"the DELETE's round trip, as spawnerd saw it", dist(deleteRTT), "", ""},
 		{"to the deletionTimestamp seen by the watch", dist(toDeleting), "", ""},
@@ -266,6 +274,15 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 	apiP99 := all.quantile(0.99)
 	show(fmt.Sprintf("The API server's write p99 (%s) is %.0f %% of T1 − T0's p99 and %.0f %% of T2 − T0's p99.\n",
 		millis(apiP99), 100*float64(apiP99)/float64(max(hubP99, 1)), 100*float64(apiP99)/float64(max(sentP99, 1))))
+	// A pod watcher the API server closes as unresponsive (its buffer full
+	// for the dispatch budget) watches again and gets the backlog late: the
+	// informer's delay above, not spawnerd's work queue.
+	var closed, sent float64
+	for _, r := range runs {
+		closed += r.watch["watchers closed as unresponsive: pods"]
+		sent += r.watch["watch events sent: pods"]
+	}
+	show(fmt.Sprintf("Pod watchers the API server closed as unresponsive in the window: %.0f; pod watch events it sent: %.0f.\n", closed, sent))
 
 	if len(runs) > 0 && len(runs[len(runs)-1].profile) > 0 {
 		top, err := profileTop(b.Context(), runs[len(runs)-1].profile)
