@@ -820,10 +820,8 @@ func analyseProfile(ctx context.Context, data []byte) (*cpuProfile, error) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return nil, err
 	}
-	if keep := os.Getenv("BENCH_PROFILE_DIR"); keep != "" {
-		if err := os.WriteFile(filepath.Join(keep, "spawnerd-poll.pprof"), data, 0o644); err != nil {
-			return nil, err
-		}
+	if err := harness.KeepProfile("BenchmarkPollHTTP-spawnerd", data); err != nil {
+		return nil, err
 	}
 	pprof := func(args ...string) (string, error) {
 		out, err := exec.CommandContext(ctx, "go", append([]string{"tool", "pprof"}, args...)...).Output()

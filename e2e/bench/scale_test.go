@@ -931,19 +931,8 @@ func pprofTop(ctx context.Context, b *testing.B, what string, profile []byte, fl
 	if err := os.WriteFile(path, profile, 0o644); err != nil {
 		return err
 	}
-	if dir := os.Getenv("BENCH_PROFILES"); dir != "" {
-		name := strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
-				return r
-			}
-			return '_'
-		}, b.Name()+"-"+what)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("keeping the profile: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".pprof"), profile, 0o644); err != nil {
-			return fmt.Errorf("keeping the profile: %w", err)
-		}
+	if err := harness.KeepProfile(b.Name()+"-"+what, profile); err != nil {
+		return err
 	}
 	args := append([]string{"tool", "pprof", "-top", "-nodecount=25"}, flags...)
 	out, err := exec.CommandContext(ctx, "go", append(args, path)...).Output()

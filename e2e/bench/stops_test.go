@@ -56,7 +56,7 @@ const (
 // it accounts for.
 //
 // BENCH_STOP_ARGS adds spawnerd flags (e.g. "--stop-workers=16") to compare
-// settings; BENCH_PROFILE_DIR keeps spawnerd's CPU profile of the storm.
+// settings; BENCH_PROFILES keeps spawnerd's CPU profile of the storm.
 func BenchmarkStopReaction(b *testing.B) {
 	b.StopTimer()
 	ctx := b.Context()
@@ -536,7 +536,7 @@ func parseLabels(s string) map[string]string {
 }
 
 // profileTop is go tool pprof -top of a CPU profile; the profile is kept
-// in $BENCH_PROFILE_DIR when that is set.
+// under BENCH_PROFILES when that is set.
 func profileTop(ctx context.Context, data []byte) (string, error) {
 	dir, err := os.MkdirTemp("", "stop-profile-")
 	if err != nil {
@@ -547,10 +547,8 @@ func profileTop(ctx context.Context, data []byte) (string, error) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		return "", err
 	}
-	if keep := os.Getenv("BENCH_PROFILE_DIR"); keep != "" {
-		if err := os.WriteFile(filepath.Join(keep, "spawnerd-stops.pprof"), data, 0o644); err != nil {
-			return "", err
-		}
+	if err := harness.KeepProfile("BenchmarkStopReaction-spawnerd", data); err != nil {
+		return "", err
 	}
 	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).Output()
 	if err != nil {

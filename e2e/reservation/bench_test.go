@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dsmlp/spawner/devcluster"
+	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/reservation"
 )
@@ -606,17 +607,14 @@ func createEach(b *testing.B, ns string, n, workers int, mk func(int) *corev1.Po
 	}
 }
 
-// printProfile prints go tool pprof's top of a CPU profile of this process;
-// with BENCH_PROFILES=DIR it keeps the profile in DIR too, as e2e/bench does.
+// printProfile prints go tool pprof's top of a CPU profile of this process,
+// and keeps the profile under BENCH_PROFILES when that is set.
 func printProfile(b *testing.B, data []byte) {
 	b.Helper()
-	path := filepath.Join(b.TempDir(), "admission.pprof")
-	if dir := os.Getenv("BENCH_PROFILES"); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		path = filepath.Join(dir, "BenchmarkAdmissionRate-engine.pprof")
+	if err := harness.KeepProfile(b.Name()+"-engine", data); err != nil {
+		b.Fatal(err)
 	}
+	path := filepath.Join(b.TempDir(), "admission.pprof")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}

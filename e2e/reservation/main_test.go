@@ -164,7 +164,7 @@ func setup(e *harness.Env) error {
 	if err != nil {
 		return err
 	}
-	if benchPods, err = kubernetes.NewForConfig(kubeclient.Protobuf(env.Config)); err != nil {
+	if benchPods, err = kubernetes.NewForConfig(kubeclient.Protobuf(e.Config)); err != nil {
 		return err
 	}
 	clk = clocktesting.NewFakeClock(time.Now())
