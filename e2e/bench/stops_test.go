@@ -108,6 +108,10 @@ func BenchmarkStopReaction(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		own0, err := scrape(ctx, f.api.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
 		cpu0 := f.cpu.sample()
 		profCh := make(chan profileResult, 1)
 		go func() {
@@ -139,6 +143,11 @@ func BenchmarkStopReaction(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		own1, err := scrape(ctx, f.api.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.podWatches = delta(own0, own1, podWatchesOpened)
 		show(f.cpu.report(fmt.Sprintf("CPU from the evictions until every pod was gone and the hub told (%d)", i+1), cpu0, cpu1))
 		r.cpu = cpu1.procs["spawnerd"] - cpu0.procs["spawnerd"]
 		r.wall = cpu1.at.Sub(cpu0.at)
@@ -205,7 +214,10 @@ type stopRun struct {
 	cpu, wall time.Duration   // spawnerd's CPU time over the storm's wall time
 	api       map[string]latency
 	watch     map[string]float64 // the API server's counters (apiserverCounters)
-	profile   []byte
+	// podWatches is how many pod watches spawnerd opened in the window:
+	// each one its informer's watch ended, closed by the API server.
+	podWatches float64
+	profile    []byte
 }
 
 type profileResult struct {
@@ -277,12 +289,14 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 	// A pod watcher the API server closes as unresponsive (its buffer full
 	// for the dispatch budget) watches again and gets the backlog late: the
 	// informer's delay above, not spawnerd's work queue.
-	var closed, sent float64
+	var closed, sent, own float64
 	for _, r := range runs {
 		closed += r.watch["watchers closed as unresponsive: pods"]
 		sent += r.watch["watch events sent: pods"]
+		own += r.podWatches
 	}
-	show(fmt.Sprintf("Pod watchers the API server closed as unresponsive in the window: %.0f; pod watch events it sent: %.0f.\n", closed, sent))
+	show(fmt.Sprintf("Pod watchers the API server closed as unresponsive in the window: %.0f, of which spawnerd's (the pod watches it opened again, %s): %.0f; pod watch events it sent: %.0f.\n",
+		closed, podWatchesOpened, own, sent))
 
 	if len(runs) > 0 && len(runs[len(runs)-1].profile) > 0 {
 		top, err := profileTop(b.Context(), runs[len(runs)-1].profile)
@@ -302,7 +316,11 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 	b.ReportMetric(ms(all.quantile(0.5)), "apiserver-write-p50-ms")
 	b.ReportMetric(ms(apiP99), "apiserver-write-p99-ms")
 	b.ReportMetric(cpuShare, "spawnerd-cpu-%")
+	b.ReportMetric(own, "spawnerd-pod-watches-reopened")
 }
+
+// podWatchesOpened is spawnerd's count of the pod watches it opened.
+const podWatchesOpened = `spawner_kube_watches_opened_total{resource="pods"}`
 
 // between returns each end[i]-start[i] where both are known.
 func between(start, end []time.Time) []time.Duration {
