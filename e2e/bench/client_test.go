@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -193,42 +192,7 @@ feed:
 // labels as printed, e.g. `x_total{method="POST"}`) → value.
 type metrics map[string]float64
 
-func scrape(ctx context.Context, url string) (metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s/metrics: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s/metrics: status %d", url, resp.StatusCode)
-	}
-	m := metrics{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("scraping %s/metrics: bad line %q", url, line)
-		}
-		m[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("scraping %s/metrics: %w", url, err)
-	}
-	return m, nil
-}
+func scrape(ctx context.Context, url string) (metrics, error) { return harness.Scrape(ctx, url) }
 
 // delta is after minus before for one series.
 func delta(before, after metrics, series string) float64 { return after[series] - before[series] }

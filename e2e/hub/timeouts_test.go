@@ -1,10 +1,8 @@
 package hub_test
 
 import (
-	"bufio"
 	"context"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,23 +62,10 @@ func TestSlowStopIsNotUnreachable(t *testing.T) {
 // default server were answered 202, and their total seconds.
 func deleteAnswers(t *testing.T, base string) (int, float64) {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	m, err := harness.Scrape(context.Background(), base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var n int
-	var sum float64
 	labels := `{code="202",method="DELETE",route="/api/v1/users/:user/server"}`
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "spawner_http_request_duration_seconds_count"+labels+" "); ok {
-			n, _ = strconv.Atoi(v)
-		}
-		if v, ok := strings.CutPrefix(line, "spawner_http_request_duration_seconds_sum"+labels+" "); ok {
-			sum, _ = strconv.ParseFloat(v, 64)
-		}
-	}
-	return n, sum
+	return int(m["spawner_http_request_duration_seconds_count"+labels]), m["spawner_http_request_duration_seconds_sum"+labels]
 }

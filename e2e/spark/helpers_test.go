@@ -1,11 +1,9 @@
 package spark_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -233,26 +231,14 @@ func readyEndpoints(t testing.TB, ns, service string) []string {
 // apiRequests scrapes spawnerd's spawner_kube_api_requests_total by method.
 func apiRequests(t testing.TB, url string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
+	m, err := harness.Scrape(context.Background(), url)
 	must(t, err)
-	defer resp.Body.Close()
 	const prefix = `spawner_kube_api_requests_total{method="`
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), prefix)
-		if !ok {
-			continue
+	for series, v := range m {
+		if rest, ok := strings.CutPrefix(series, prefix); ok {
+			out[strings.TrimSuffix(rest, `"}`)] = v
 		}
-		method, value, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		must(t, err)
-		out[method] = v
 	}
-	must(t, sc.Err())
 	return out
 }
