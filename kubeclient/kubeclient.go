@@ -19,3 +19,16 @@ func Protobuf(cfg *rest.Config) *rest.Config {
 	out.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return out
 }
+
+// Uncompressed returns a copy of cfg whose requests do not offer gzip
+// (client-go's transport offers it by default). Since Kubernetes 1.37 the
+// API server gzips a watch opened as a streamed list, which is how an
+// informer starts, and keeps doing so for as long as the watch stays open,
+// one gzip stream per flush: per pod event, a compressor on the API
+// server's side and a decompressor on spawnerd's. Between spawnerd and its
+// API server, usually inside one cluster, bytes are cheaper than that CPU.
+func Uncompressed(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.DisableCompression = true
+	return out
+}

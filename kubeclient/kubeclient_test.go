@@ -1,9 +1,14 @@
 package kubeclient
 
 import (
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -21,5 +26,51 @@ func TestProtobufLeavesTheOriginal(t *testing.T) {
 	}
 	if pb.Host != base.Host || pb.QPS != base.QPS {
 		t.Errorf("the copy lost settings: %+v", pb)
+	}
+}
+
+// TestUncompressedOffersNoGzip sends a watch, the request that matters, to
+// a TLS server speaking HTTP/2 as the API server does, from clientsets made
+// of a config and of its Uncompressed copy: client-go's transport offers
+// gzip on the first and must not on the second.
+func TestUncompressedOffersNoGzip(t *testing.T) {
+	offered := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		offered <- r.Header.Get("Accept-Encoding")
+		// An empty watch stream: the client sees the watch end at once.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	base := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: certPEM}}
+
+	for _, tc := range []struct {
+		name string
+		cfg  *rest.Config
+		want string
+	}{
+		{"client-go's default", Protobuf(base), "gzip"},
+		{"Uncompressed", Protobuf(Uncompressed(base)), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, err := kubernetes.NewForConfig(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := cs.CoreV1().Pods("ns").Watch(t.Context(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			w.Stop()
+			if got := <-offered; got != tc.want {
+				t.Errorf("Accept-Encoding = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if base.DisableCompression {
+		t.Error("Uncompressed changed the original config")
 	}
 }

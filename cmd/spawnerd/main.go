@@ -195,6 +195,9 @@ func serve(args []string) error {
 	}
 	restCfg.QPS, restCfg.Burst = float32(kf.qps), kf.burst
 	restCfg.UserAgent = "spawnerd"
+	if !kf.compression {
+		restCfg = kubeclient.Uncompressed(restCfg)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	restCfg.WrapTransport = lifecycle.CountRequests(reg)

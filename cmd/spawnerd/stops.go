@@ -40,11 +40,14 @@ func (f *stopFlags) register(fs *flag.FlagSet) {
 type kubeFlags struct {
 	qps   float64
 	burst int
+	// compression: offer the API server gzip (see kubeclient.Uncompressed).
+	compression bool
 }
 
 func (f *kubeFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.qps, "kube-qps", 500, "Kubernetes API requests per second spawnerd may make (client-go's rate limit): spawns, stops, deletes")
 	fs.IntVar(&f.burst, "kube-burst", 1000, "requests above --kube-qps allowed in a burst (a spawn storm, a thousand stops at once)")
+	fs.BoolVar(&f.compression, "kube-compression", false, "ask the API server to gzip its answers and watch streams: saves bandwidth on a slow link to it, costs CPU on both sides per event")
 }
 
 func (f *kubeFlags) check() error {
