@@ -24,18 +24,20 @@ func TestElectedWatcherReactsOnlyWhileLeading(t *testing.T) {
 	never(t, "a follower reacted", func() bool { return len(n.snapshot()) > 0 || len(podDeletes(client)) > 0 })
 
 	w.SetLeading(true)
+	// The hub is told and the pod deleted at once; the finalizer is
+	// released once both are done.
 	waitFor(t, "the leader told the hub", func() bool { return len(n.snapshot()) == 1 })
-	if d := podDeletes(client); len(d) != 1 {
-		t.Fatalf("pod deletes = %d, want 1", len(d))
-	}
-	var released bool
-	for _, a := range client.Actions() {
-		if p, ok := a.(k8stesting.PatchActionImpl); ok && strings.Contains(string(p.GetPatch()), serverid.FinalizerStopReport) {
-			released = true
+	waitFor(t, "the pod deleted", func() bool { return len(podDeletes(client)) == 1 })
+	waitFor(t, "the finalizer released", func() bool {
+		for _, a := range client.Actions() {
+			if p, ok := a.(k8stesting.PatchActionImpl); ok && strings.Contains(string(p.GetPatch()), serverid.FinalizerStopReport) {
+				return true
+			}
 		}
-	}
-	if !released {
-		t.Error("the finalizer was never released")
+		return false
+	})
+	if d := podDeletes(client); len(d) != 1 {
+		t.Errorf("pod deletes = %d, want 1", len(d))
 	}
 	never(t, "a second notification", func() bool { return len(n.snapshot()) > 1 })
 }
