@@ -16,6 +16,7 @@ import (
 	dynfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/dsmlp/spawner/reservation"
 	"github.com/dsmlp/spawner/reservationstore"
@@ -225,5 +226,40 @@ func drain(ctx context.Context, c *Controller) {
 	deadline := time.Now().Add(5 * time.Second)
 	for c.EventBacklog() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// With a WatchClient, every informer lists and watches through it and the
+// client is left to the engine's writes.
+func TestWatchClientFeedsTheInformers(t *testing.T) {
+	client, watchClient := fake.NewClientset(), fake.NewClientset()
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{reservationstore.Resource: "GPUReservationList"})
+	c, err := New(client, reservationstore.New(dyn, time.Minute), Options{Namespace: "gpu", WatchClient: watchClient,
+		Config: reservation.Config{Classes: []reservation.GPUClass{{Label: "a30"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range c.startFactories {
+		f.Start(t.Context().Done())
+	}
+	for _, synced := range []func() bool{c.pods.HasSynced, c.nodeInf.HasSynced, c.pauseInf.HasSynced, c.unmanaged.HasSynced} {
+		if !cache.WaitForCacheSync(t.Context().Done(), synced) {
+			t.Fatal("an informer never synced")
+		}
+	}
+	listed := map[string]bool{}
+	for _, a := range watchClient.Actions() {
+		if a.GetVerb() == "list" {
+			listed[a.GetResource().Resource] = true
+		}
+	}
+	for _, r := range []string{"pods", "nodes", "configmaps"} {
+		if !listed[r] {
+			t.Errorf("the watch client never listed %s (actions %v)", r, actionsOf(watchClient))
+		}
+	}
+	if got := actionsOf(client); len(got) != 0 {
+		t.Errorf("the client was used for %v; only the watch client should be", got)
 	}
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// the exception: the client writes them before the delete. Defaults to
 	// the client.
 	EventsClient kubernetes.Interface
+	// WatchClient lists and watches pods, nodes and the pause ConfigMap;
+	// nil: the client. spawnerd gives it a connection of its own (see
+	// kubeclient.OwnConnection), apart from the admissions' writes.
+	WatchClient kubernetes.Interface
 	// Clock is the engine's clock; defaults to the real clock.
 	Clock clock.WithTicker
 	// Logger defaults to a no-op logger.
@@ -159,7 +163,11 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	// Managed pods only: a pod without the gpu-class label is not the
 	// engine's, and only managed pods may tolerate the class taint (the
 	// admission policy refuses the toleration elsewhere).
-	c.factory = informers.NewSharedInformerFactoryWithOptions(client, resync,
+	watchClient := client
+	if opts.WatchClient != nil {
+		watchClient = opts.WatchClient
+	}
+	c.factory = informers.NewSharedInformerFactoryWithOptions(watchClient, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reservation.ClassLabel }))
 	podInf := c.factory.Core().V1().Pods()
 	c.pods = podInf.Informer()
@@ -171,10 +179,10 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	})
 	c.podLister = podInf.Lister()
 	// Nodes: a factory of their own, without the pod label selector.
-	nodeFactory := informers.NewSharedInformerFactory(client, resync)
+	nodeFactory := informers.NewSharedInformerFactory(watchClient, resync)
 	c.nodeInf = nodeFactory.Core().V1().Nodes().Informer()
 	c.nodes = nodeFactory.Core().V1().Nodes().Lister()
-	pauseFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
+	pauseFactory := informers.NewSharedInformerFactoryWithOptions(watchClient, resync,
 		informers.WithNamespace(opts.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.pauseName()).String()
@@ -184,7 +192,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	// before the toleration policy, by an exempt identity, or bound straight
 	// to the node) still uses them: it is counted, or capacity would be
 	// promised twice. Only its node, phase and GPU count are kept.
-	unmanagedFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
+	unmanagedFactory := informers.NewSharedInformerFactoryWithOptions(watchClient, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = "!" + reservation.ClassLabel
 			o.FieldSelector = "spec.nodeName!=,status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)

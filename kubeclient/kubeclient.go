@@ -3,6 +3,9 @@
 package kubeclient
 
 import (
+	"net"
+	"time"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 )
@@ -30,5 +33,21 @@ func Protobuf(cfg *rest.Config) *rest.Config {
 func Uncompressed(cfg *rest.Config) *rest.Config {
 	out := rest.CopyConfig(cfg)
 	out.DisableCompression = true
+	return out
+}
+
+// OwnConnection returns a copy of cfg whose clients get a transport, and so
+// a connection to the API server, of their own. client-go otherwise shares
+// one transport, one HTTP/2 connection, among every config with the same
+// TLS settings, whatever their rate limits. The API server (Go's HTTP/2
+// server) writes a connection's frames one at a time, so each flush of a
+// watch waits its turn among the answers to that client's other requests:
+// a burst of writes on the connection of a watch delays the watch.
+func OwnConnection(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	// A dial function of its own is what keeps client-go from reusing a
+	// cached transport; these are net/http's default dial settings.
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	out.Dial = d.DialContext
 	return out
 }

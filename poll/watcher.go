@@ -99,6 +99,11 @@ type Options struct {
 	// burst of stops issue every pod's delete before the releases, which
 	// wait for the hub anyway, take the limiter's tokens.
 	ReleaseClient kubernetes.Interface
+	// WatchClient lists and watches the pods and their events; nil: the
+	// watcher's client. spawnerd gives it a connection of its own (see
+	// kubeclient.OwnConnection), so the stop reaction's burst of writes
+	// does not share an HTTP/2 connection with the watch that drives it.
+	WatchClient kubernetes.Interface
 }
 
 // Watcher keeps informer caches of notebook pods and their events, answers
@@ -233,11 +238,14 @@ type space struct {
 
 func (w *Watcher) newSpace(ns string) (*space, error) {
 	client, opts := w.client, w.opts
+	if opts.WatchClient != nil {
+		client = opts.WatchClient
+	}
 	sp := &space{namespace: ns}
 	sp.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = opts.LabelSelector }),
-		informers.WithTransform(trimPod),
+		informers.WithTransform(w.transformPod),
 	)
 	podInformer := sp.factory.Core().V1().Pods()
 	// Not the typed lister: the store holds cachedPods (see trimPod).
@@ -580,6 +588,21 @@ func (w *Watcher) podUpdated(oldObj, newObj any) {
 	}
 	w.queue.Add(key)
 	w.signal(key)
+}
+
+// transformPod is the pod informer's transform: trimPod, and in debug mode
+// a line when the reflector hands a failed pod to the informer's queue.
+// With the handler's line below, the stop benchmark tells the watch's
+// delivery from the time the event waits in client-go's FIFO.
+func (w *Watcher) transformPod(obj any) (any, error) {
+	out, err := trimPod(obj)
+	if p, ok := out.(*cachedPod); ok && p.phase == corev1.PodFailed && p.DeletionTimestamp == nil {
+		if ce := w.log.Check(zap.DebugLevel, "pod failed: queued by the reflector"); ce != nil {
+			ce.Write(zap.String("user", p.Annotations[serverid.AnnotationUser]), zap.String("server", p.Annotations[serverid.AnnotationServer]),
+				zap.String("pod", p.Name), zap.String("namespace", p.Namespace))
+		}
+	}
+	return out, err
 }
 
 // podDeleted records the pod's last state: once it is gone from the cache,

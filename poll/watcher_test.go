@@ -102,6 +102,57 @@ func TestReactionEvictedPodIsDeletedAndReportedOnce(t *testing.T) {
 	}
 }
 
+// The stop benchmark splits the informer's lag with two debug lines: the
+// reflector queueing a failed pod (the transform) and the handler seeing it.
+func TestFailedPodStampedWhenQueuedAndWhenHandled(t *testing.T) {
+	pod := newPod("jupyter-carol").user("carol", "").running(true).obj()
+	client := fake.NewClientset(pod)
+	core, logs := observer.New(zapcore.DebugLevel)
+	w := startWatcher(t, client, Options{DeleteStoppedPods: true, Notifier: &fakeNotifier{}, Logger: zap.New(core)})
+	waitFor(t, "pod running", func() bool { return w.Status(testNS, pod.Name).State == StateRunning })
+	if n := logs.FilterMessage("pod failed: queued by the reflector").Len(); n != 0 {
+		t.Fatalf("%d queued lines for a running pod, want 0", n)
+	}
+
+	updatePod(t, client, newPod("jupyter-carol").user("carol", "").running(true).phase(corev1.PodFailed).reason("Evicted", evictedMessage).obj())
+	waitFor(t, "the handler's line", func() bool { return logs.FilterMessage("pod failed: seen by the informer").Len() == 1 })
+	queued := logs.FilterMessage("pod failed: queued by the reflector").All()
+	if len(queued) == 0 {
+		t.Fatal("no line for the reflector queueing the failed pod")
+	}
+	handled := logs.FilterMessage("pod failed: seen by the informer").All()[0]
+	if queued[0].Time.After(handled.Time) {
+		t.Errorf("queued at %v, after the handler saw it at %v", queued[0].Time, handled.Time)
+	}
+	fields := queued[0].ContextMap()
+	for k, want := range map[string]any{"user": "carol", "server": "", "pod": pod.Name, "namespace": testNS} {
+		if fields[k] != want {
+			t.Errorf("queued line field %s = %#v, want %#v", k, fields[k], want)
+		}
+	}
+}
+
+// With a WatchClient, the pods are listed and watched through it and the
+// stop reaction's delete goes through the watcher's own client.
+func TestWatchClientWatchesAndClientWrites(t *testing.T) {
+	pod := newPod("jupyter-dave").user("dave", "").running(true).obj()
+	watchClient := fake.NewClientset(pod)
+	client := fake.NewClientset(pod)
+	w := startWatcher(t, client, Options{DeleteStoppedPods: true, Notifier: &fakeNotifier{}, WatchClient: watchClient})
+	waitFor(t, "pod running", func() bool { return w.Status(testNS, pod.Name).State == StateRunning })
+
+	updatePod(t, watchClient, newPod("jupyter-dave").user("dave", "").running(true).phase(corev1.PodFailed).reason("Evicted", evictedMessage).obj())
+	waitFor(t, "pod deleted through the client", func() bool { return len(podDeletes(client)) == 1 })
+	if n := len(podDeletes(watchClient)); n != 0 {
+		t.Errorf("%d deletes through the watch client, want 0", n)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			t.Errorf("the client was asked to %s %s; only the watch client should be", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+}
+
 func TestReactionOOMKilledNamedServer(t *testing.T) {
 	pod := newPod("jupyter-bob--gpu").user("bob", "gpu").running(true).obj()
 	client := fake.NewClientset(pod)

@@ -212,6 +212,13 @@ func serve(args []string) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 
+	// The pod watch gets a connection of its own: the stop reaction's
+	// writes go out exactly when its events must come in.
+	watchClient, err := kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(restCfg)))
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+
 	notifier, err := newNotifier(*hubAPI, *hubTokenFile, *proxyAPI, *proxyTokenFile, *baseURL, sf.workers, log)
 	if err != nil {
 		return err
@@ -231,6 +238,7 @@ func serve(args []string) error {
 		Elected:           sf.leaseName != "",
 		Workers:           sf.workers,
 		ReleaseClient:     releaseClient,
+		WatchClient:       watchClient,
 	}
 	leaseOpts := sf.options(base.Namespace, rf.identity, log.Named("leader"))
 	if watcherOpts.Elected {

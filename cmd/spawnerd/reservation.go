@@ -111,12 +111,17 @@ func (f *reservationFlags) start(ctx context.Context, cfg *reservation.Config, r
 	if err != nil {
 		return nil, fmt.Errorf("reservation events client: %w", err)
 	}
+	// Its watches get a connection of their own, as the pod watcher's do.
+	wclient, err := kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(rc)))
+	if err != nil {
+		return nil, fmt.Errorf("reservation watch client: %w", err)
+	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("reservation client: %w", err)
 	}
 	ctl, err := gpucontroller.New(rclient, reservationstore.New(dyn, 10*time.Minute), gpucontroller.Options{
-		Config: *cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, Workers: f.workers, EventsClient: eclient,
+		Config: *cfg, Namespace: ns, Identity: f.identity, LeaderElection: f.leaderElect, Tick: f.tick, Workers: f.workers, EventsClient: eclient, WatchClient: wclient,
 		Logger: log.Named("reservation"), Registry: reg, OnEvict: f.onEvict,
 	})
 	if err != nil {

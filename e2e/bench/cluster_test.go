@@ -31,9 +31,11 @@ type podClock struct {
 // with ctx. It watches in protobuf, as spawnerd and the cluster's
 // controllers do: in JSON, the API server would encode every pod event of a
 // storm in JSON for this watch alone, and the benchmark's own decoding would
-// take a CPU from what it measures.
+// take a CPU from what it measures. It has a connection of its own: on the
+// one the benchmark's writes share, a burst of them (the stop benchmark's
+// evictions) delays the watch and so every time measured from it.
 func watchPods(ctx context.Context, ns string) (*podClock, error) {
-	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(env.Config))
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(env.Config)))
 	if err != nil {
 		return nil, fmt.Errorf("watching pods of %s: %w", ns, err)
 	}

@@ -161,6 +161,7 @@ func BenchmarkStopReaction(b *testing.B) {
 		r.told = hub.times(us)
 		sl := parseStopLog(f.api.Log())
 		r.informer = sl.times(sl.informer, podNames)
+		r.queued = sl.times(sl.queued, podNames)
 		r.picked, r.sent = sl.times(sl.picked, podNames), sl.times(sl.sent, podNames)
 		r.took = sl.durations(podNames)
 		for k, name := range podNames {
@@ -204,6 +205,7 @@ type stopRun struct {
 	written   []time.Time     // the eviction's status write answered
 	writeTook []time.Duration // the eviction's GET and status PUT, as the benchmark saw them
 	seen      []time.Time     // T0: the watch delivered the Failed/Evicted update
+	queued    []time.Time     // spawnerd's reflector queued the Failed update (its transform ran)
 	informer  []time.Time     // spawnerd's informer delivered the Failed update
 	picked    []time.Time     // a stop worker took the pod up ("server stopped")
 	sent      []time.Time     // T2: spawnerd wrote the pod's DELETE
@@ -227,13 +229,15 @@ type profileResult struct {
 
 // reportStops prints the runs' tables and reports the headline metrics.
 func reportStops(b *testing.B, runs []stopRun, extra []string) {
-	var toHub, toSent, toPicked, toInformer, informerToPicked, pickedToSent, deleteRTT, toDeleting, toGone, writes []time.Duration
+	var toHub, toSent, toPicked, toQueued, queuedToInformer, toInformer, informerToPicked, pickedToSent, deleteRTT, toDeleting, toGone, writes []time.Duration
 	var cpu, wall, spread time.Duration
 	api := map[string]latency{}
 	for _, r := range runs {
 		toHub = append(toHub, between(r.seen, r.told)...)
 		toSent = append(toSent, between(r.seen, r.sent)...)
 		toPicked = append(toPicked, between(r.seen, r.picked)...)
+		toQueued = append(toQueued, between(r.seen, r.queued)...)
+		queuedToInformer = append(queuedToInformer, between(r.queued, r.informer)...)
 		toInformer = append(toInformer, between(r.seen, r.informer)...)
 		informerToPicked = append(informerToPicked, between(r.informer, r.picked)...)
 		pickedToSent = append(pickedToSent, between(r.picked, r.sent)...)
@@ -263,6 +267,8 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 		{"T2 − T0: pod delete issued (spawnerd wrote the DELETE)", dist(toSent), "p99 ≤ " + millis(stopTarget), metAtMost(sentP99, stopTarget)},
 		{"  of which: to a stop worker taking the pod up", dist(toPicked), "", ""},
 		{"    of which: to spawnerd's informer delivering the update (negative: before the benchmark's watch)", dist(toInformer), "", ""},
+		{"      of which: to spawnerd's reflector queueing it (the watch's delivery and decoding)", dist(toQueued), "", ""},
+		{"      of which: from the reflector's queue to the handler (client-go's FIFO and listener)", dist(queuedToInformer), "", ""},
 		{"    of which: from the informer to a stop worker (the work queue)", dist(informerToPicked), "", ""},
 		{"  of which: taken up to DELETE written (client-go's rate limiter)", dist(pickedToSent), "", ""},
 		{"the DELETE's round trip, as spawnerd saw it", dist(deleteRTT), "", ""},
@@ -351,19 +357,21 @@ type stopLog struct {
 	picked, sent map[string]time.Time
 	took         map[string]time.Duration
 	informer     map[string]time.Time
+	queued       map[string]time.Time
 }
 
 // parseStopLog reads spawnerd's JSON log lines (zap's production encoder:
 // times as Unix seconds, durations as seconds).
 func parseStopLog(log string) stopLog {
-	l := stopLog{picked: map[string]time.Time{}, sent: map[string]time.Time{}, took: map[string]time.Duration{}, informer: map[string]time.Time{}}
+	l := stopLog{picked: map[string]time.Time{}, sent: map[string]time.Time{}, took: map[string]time.Duration{}, informer: map[string]time.Time{},
+		queued: map[string]time.Time{}}
 	unix := func(s float64) time.Time { return time.Unix(0, int64(math.Round(s*1e9))) }
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if !bytes.Contains(line, []byte(`"msg":"server stopped"`)) && !bytes.Contains(line, []byte(`"msg":"stopped pod delete sent"`)) &&
-			!bytes.Contains(line, []byte(`"msg":"pod failed: seen by the informer"`)) {
+			!bytes.Contains(line, []byte(`"msg":"pod failed: seen by the informer"`)) && !bytes.Contains(line, []byte(`"msg":"pod failed: queued by the reflector"`)) {
 			continue
 		}
 		var e struct {
@@ -379,6 +387,10 @@ func parseStopLog(log string) stopLog {
 		switch e.Msg {
 		case "pod failed: seen by the informer":
 			l.informer[e.Pod] = unix(e.TS)
+		case "pod failed: queued by the reflector":
+			if _, ok := l.queued[e.Pod]; !ok {
+				l.queued[e.Pod] = unix(e.TS)
+			}
 		case "server stopped":
 			if _, ok := l.picked[e.Pod]; !ok {
 				l.picked[e.Pod] = unix(e.TS)
@@ -718,9 +730,9 @@ func dumpStops(path string, pods []string, r stopRun, l stopLog) error {
 		return strconv.FormatFloat(ms(t.Sub(origin)), 'f', 1, 64)
 	}
 	var buf bytes.Buffer
-	buf.WriteString("pod,written,seen,informer,picked,sent,told,deleting,gone\n")
+	buf.WriteString("pod,written,seen,queued,informer,picked,sent,told,deleting,gone\n")
 	for k, p := range pods {
-		fmt.Fprintf(&buf, "%s,%s,%s,%s,%s,%s,%s,%s,%s\n", p, rel(r.written[k]), rel(r.seen[k]), rel(l.informer[p]), rel(r.picked[k]),
+		fmt.Fprintf(&buf, "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", p, rel(r.written[k]), rel(r.seen[k]), rel(l.queued[p]), rel(l.informer[p]), rel(r.picked[k]),
 			rel(r.sent[k]), rel(r.told[k]), rel(r.deleting[k]), rel(r.gone[k]))
 	}
 	return os.WriteFile(path, buf.Bytes(), 0o644)

@@ -160,6 +160,11 @@ func setup(e *harness.Env) error {
 	if err != nil {
 		return err
 	}
+	// Watches on a connection of their own, as spawnerd's are.
+	wclient, err := kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(rc)))
+	if err != nil {
+		return err
+	}
 	rdyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
 		return err
@@ -173,7 +178,7 @@ func setup(e *harness.Env) error {
 		logger, _ = zap.NewDevelopment()
 	}
 	ctl, err = gpucontroller.New(client, reservationstore.New(rdyn, 10*time.Minute), gpucontroller.Options{
-		Config: cfg, Namespace: ns, Identity: "e2e", Tick: time.Second, Clock: clk, Logger: logger, EventsClient: eclient,
+		Config: cfg, Namespace: ns, Identity: "e2e", Tick: time.Second, Clock: clk, Logger: logger, EventsClient: eclient, WatchClient: wclient,
 		Registry: metrics,
 	})
 	if err != nil {
