@@ -144,6 +144,9 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	if opts.EventsClient == nil {
 		opts.EventsClient = client
 	}
+	if opts.WatchClient == nil {
+		opts.WatchClient = client
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -163,11 +166,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	// Managed pods only: a pod without the gpu-class label is not the
 	// engine's, and only managed pods may tolerate the class taint (the
 	// admission policy refuses the toleration elsewhere).
-	watchClient := client
-	if opts.WatchClient != nil {
-		watchClient = opts.WatchClient
-	}
-	c.factory = informers.NewSharedInformerFactoryWithOptions(watchClient, resync,
+	c.factory = informers.NewSharedInformerFactoryWithOptions(opts.WatchClient, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = reservation.ClassLabel }))
 	podInf := c.factory.Core().V1().Pods()
 	c.pods = podInf.Informer()
@@ -179,10 +178,10 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	})
 	c.podLister = podInf.Lister()
 	// Nodes: a factory of their own, without the pod label selector.
-	nodeFactory := informers.NewSharedInformerFactory(watchClient, resync)
+	nodeFactory := informers.NewSharedInformerFactory(opts.WatchClient, resync)
 	c.nodeInf = nodeFactory.Core().V1().Nodes().Informer()
 	c.nodes = nodeFactory.Core().V1().Nodes().Lister()
-	pauseFactory := informers.NewSharedInformerFactoryWithOptions(watchClient, resync,
+	pauseFactory := informers.NewSharedInformerFactoryWithOptions(opts.WatchClient, resync,
 		informers.WithNamespace(opts.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.pauseName()).String()
@@ -192,7 +191,7 @@ func New(client kubernetes.Interface, store *reservationstore.Store, opts Option
 	// before the toleration policy, by an exempt identity, or bound straight
 	// to the node) still uses them: it is counted, or capacity would be
 	// promised twice. Only its node, phase and GPU count are kept.
-	unmanagedFactory := informers.NewSharedInformerFactoryWithOptions(watchClient, resync,
+	unmanagedFactory := informers.NewSharedInformerFactoryWithOptions(opts.WatchClient, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = "!" + reservation.ClassLabel
 			o.FieldSelector = "spec.nodeName!=,status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)

@@ -181,6 +181,9 @@ func New(client kubernetes.Interface, opts Options) (*Watcher, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.WatchClient == nil {
+		opts.WatchClient = client
+	}
 	w := &Watcher{
 		client:  client,
 		opts:    opts,
@@ -237,10 +240,7 @@ type space struct {
 }
 
 func (w *Watcher) newSpace(ns string) (*space, error) {
-	client, opts := w.client, w.opts
-	if opts.WatchClient != nil {
-		client = opts.WatchClient
-	}
+	client, opts := w.opts.WatchClient, w.opts
 	sp := &space{namespace: ns}
 	sp.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(ns),
