@@ -15,7 +15,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -927,18 +926,10 @@ func profileColdStart(ctx context.Context, b *testing.B, f *scaleFixture) error 
 // With BENCH_PROFILES=DIR the profile is kept in DIR too, named after the
 // benchmark and what it profiles, for a closer look with go tool pprof.
 func pprofTop(ctx context.Context, b *testing.B, what string, profile []byte, flags ...string) error {
-	path := filepath.Join(b.TempDir(), "bench.pprof")
-	if err := os.WriteFile(path, profile, 0o644); err != nil {
-		return err
-	}
-	if err := harness.KeepProfile(b.Name()+"-"+what, profile); err != nil {
-		return err
-	}
-	args := append([]string{"tool", "pprof", "-top", "-nodecount=25"}, flags...)
-	out, err := exec.CommandContext(ctx, "go", append(args, path)...).Output()
+	out, err := harness.PprofTop(ctx, b.TempDir(), b.Name()+"-"+what, what, profile, flags...)
 	if err != nil {
-		return fmt.Errorf("go tool pprof: %w", err)
+		return err
 	}
-	show(fmt.Sprintf("\ngo tool pprof -top %s(%s):\n%s", strings.Join(flags, " ")+" ", what, out))
+	show(out)
 	return nil
 }

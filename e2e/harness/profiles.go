@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -29,4 +31,23 @@ func KeepProfile(name string, data []byte) error {
 		return fmt.Errorf("keeping the profile %s: %w", name, err)
 	}
 	return nil
+}
+
+// PprofTop keeps a CPU profile (KeepProfile, as name) and returns go tool
+// pprof's top of it, with flags, headed by what it shows; dir holds the
+// file pprof reads.
+func PprofTop(ctx context.Context, dir, name, what string, profile []byte, flags ...string) (string, error) {
+	if err := KeepProfile(name, profile); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "top.pprof")
+	if err := os.WriteFile(path, profile, 0o644); err != nil {
+		return "", fmt.Errorf("writing the profile %s: %w", name, err)
+	}
+	args := append([]string{"tool", "pprof", "-top", "-nodecount=25"}, flags...)
+	out, err := exec.CommandContext(ctx, "go", append(args, path)...).Output()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof of %s: %w", name, err)
+	}
+	return fmt.Sprintf("\ngo tool pprof -top %s(%s):\n%s", strings.Join(flags, " ")+" ", what, out), nil
 }

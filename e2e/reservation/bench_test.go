@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -242,6 +241,7 @@ func BenchmarkAdmissionRate(b *testing.B) {
 	b.Logf("%d pods: admitted (PATCH acknowledged) %.0f/s, seen by a watch %.0f/s (create → acknowledged p50 %.0f ms, p99 %.0f ms; %.2f writes/admission); the same writes without the engine: %.0f/s (%.2f×); at QPS %d: %.0f admitted/s; Kueue's CI about %.0f/s; target ≥ %.0f/s",
 		ratePods, last.committed.rate, last.seen.rate, ms(last.committed.p50), ms(last.committed.p99), last.writes,
 		floor.committed.rate, last.committed.rate/floor.committed.rate, spawnerdOldQPS, old.committed.rate, kueueRate, rateTarget)
+	printAPIServerProfiles(b, last.apiserver, floor.apiserver)
 	b.ReportMetric(last.committed.rate, "admitted/s")
 	b.ReportMetric(last.seen.rate, "admitted-seen/s")
 	b.ReportMetric(last.committed.rate/kueueRate, "x-kueue-ci")
@@ -298,6 +298,7 @@ func measureAdmissionFloor(b *testing.B) rateRun {
 
 	sent := make([]time.Time, ratePods)
 	a0 := readAPIServerTimes(b)
+	apiProf := profileAPIServer(b.Context())
 	start := time.Now()
 	createEach(b, ns, ratePods, rateCreators, func(i int) *corev1.Pod {
 		sent[i] = time.Now()
@@ -341,6 +342,9 @@ func measureAdmissionFloor(b *testing.B) rateRun {
 	fmt.Printf("\nFloor (the same writes, no engine): %d pods created, PATCHed and told; %s; the creates and their writes returned within %.2f s\n",
 		ratePods, run, created.Seconds())
 	fmt.Println(a1.since(a0))
+	if run.apiserver, err = apiProf.wait(start.Add(max(run.committed.last, run.seen.last))); err != nil {
+		b.Error(err)
+	}
 	removePods(b, ns)
 	return run
 }
@@ -393,6 +397,8 @@ type rateRun struct {
 	// that watch's delay (seconds when a saturated API server closes it).
 	committed, seen rateStat
 	writes          float64
+	// apiserver is the API server's CPU profile of the burst, if taken.
+	apiserver []byte
 }
 
 func (r rateRun) String() string {
@@ -471,11 +477,15 @@ func measureAdmissionRate(b *testing.B, qps float64, profile bool) rateRun {
 	defer w.Stop()
 	seen := watchUntil(w, ratePods, admitted)
 
-	var prof bytes.Buffer
+	var (
+		prof    bytes.Buffer
+		apiProf *apiserverProfile
+	)
 	if profile {
 		if err := pprof.StartCPUProfile(&prof); err != nil {
 			b.Fatal(err)
 		}
+		apiProf = profileAPIServer(b.Context())
 	}
 	w0 := writes.Load()
 	patchedAt.Clear()
@@ -519,7 +529,11 @@ func measureAdmissionRate(b *testing.B, qps float64, profile bool) rateRun {
 	printControllerActivity(h0, h1, window)
 	fmt.Println(a1.since(a0))
 	if profile {
-		printProfile(b, prof.Bytes())
+		pprofTop(b, "this process: the engine, its webhook, the benchmark's clients", "engine", prof.Bytes())
+		var err error
+		if run.apiserver, err = apiProf.wait(start.Add(window)); err != nil {
+			b.Error(err)
+		}
 	}
 	removePods(b, ns)
 	return run
@@ -530,11 +544,11 @@ func measureAdmissionRate(b *testing.B, qps float64, profile bool) rateRun {
 // behind ("unresponsive"), and a plain watch would then miss the rest.
 func watchPods(b *testing.B, ns string) watch.Interface {
 	b.Helper()
-	list, err := benchPods.CoreV1().Pods(ns).List(b.Context(), metav1.ListOptions{Limit: 1})
+	list, err := benchWatch.CoreV1().Pods(ns).List(b.Context(), metav1.ListOptions{Limit: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	lw := cache.NewListWatchFromClient(benchPods.CoreV1().RESTClient(), "pods", ns, fields.Everything())
+	lw := cache.NewListWatchFromClient(benchWatch.CoreV1().RESTClient(), "pods", ns, fields.Everything())
 	w, err := watchtools.NewRetryWatcherWithContext(b.Context(), list.ResourceVersion, lw)
 	if err != nil {
 		b.Fatal(err)
@@ -607,23 +621,74 @@ func createEach(b *testing.B, ns string, n, workers int, mk func(int) *corev1.Po
 	}
 }
 
-// printProfile prints go tool pprof's top of a CPU profile of this process,
-// and keeps the profile under BENCH_PROFILES when that is set.
-func printProfile(b *testing.B, data []byte) {
+// pprofTop prints go tool pprof's top of a CPU profile, with flags, and
+// keeps the profile under BENCH_PROFILES when that is set.
+func pprofTop(b *testing.B, what, name string, data []byte, flags ...string) {
 	b.Helper()
-	if err := harness.KeepProfile(b.Name()+"-engine", data); err != nil {
-		b.Fatal(err)
-	}
-	path := filepath.Join(b.TempDir(), "admission.pprof")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	out, err := exec.CommandContext(b.Context(), "go", "tool", "pprof", "-top", "-nodecount=25", path).Output()
+	out, err := harness.PprofTop(b.Context(), b.TempDir(), b.Name()+"-"+name, what, data, flags...)
 	if err != nil {
-		b.Logf("go tool pprof: %v", err)
+		b.Error(err)
 		return
 	}
-	fmt.Printf("go tool pprof -top (this process: the engine, its webhook, the benchmark's clients):\n%s", out)
+	fmt.Print(out)
+}
+
+// apiserverProfileWindow is how long the API server's CPU profile of a
+// burst runs from the burst's start: longer than a burst, so that the
+// engine's and the floor's profiles each hold a whole burst and can be
+// subtracted.
+const apiserverProfileWindow = 30 * time.Second
+
+// apiserverProfile is a CPU profile of the API server being taken.
+type apiserverProfile struct {
+	start time.Time
+	done  chan struct{}
+	data  []byte
+	err   error
+}
+
+// profileAPIServer starts a CPU profile of the API server (its
+// /debug/pprof, served to cluster admins).
+func profileAPIServer(ctx context.Context) *apiserverProfile {
+	p := &apiserverProfile{start: time.Now(), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.data, p.err = env.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(int(apiserverProfileWindow.Seconds()))).DoRaw(ctx)
+	}()
+	return p
+}
+
+// wait returns the profile once taken, for a burst that ended at end; a
+// burst longer than the window is not wholly in it.
+func (p *apiserverProfile) wait(end time.Time) ([]byte, error) {
+	<-p.done
+	if p.err != nil {
+		return nil, fmt.Errorf("fetching the API server's CPU profile: %w", p.err)
+	}
+	if d := end.Sub(p.start); d > apiserverProfileWindow {
+		return nil, fmt.Errorf("the burst took %.1f s, longer than the API server's profile (%s)", d.Seconds(), apiserverProfileWindow)
+	}
+	return p.data, nil
+}
+
+// printAPIServerProfiles prints where the API server's CPU went in the
+// engine's burst, and in it beyond the floor's burst.
+func printAPIServerProfiles(b *testing.B, engine, floor []byte) {
+	b.Helper()
+	if engine == nil || floor == nil {
+		return
+	}
+	window := fmt.Sprintf("each profile the %s from its burst's start; its pods are removed after", apiserverProfileWindow)
+	pprofTop(b, "the API server in the floor's burst; "+window, "apiserver-floor", floor)
+	pprofTop(b, "the API server in the engine's burst; "+window, "apiserver-engine", engine)
+	base := filepath.Join(b.TempDir(), "floor.pprof")
+	if err := os.WriteFile(base, floor, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	what := "the API server in the engine's burst, less the floor's; " + window
+	pprofTop(b, what, "apiserver-engine-less-floor", engine, "-diff_base="+base)
+	pprofTop(b, what, "apiserver-engine-less-floor", engine, "-diff_base="+base, "-cum")
 }
 
 // histSnap is one histogram of the controller's registry at a moment.

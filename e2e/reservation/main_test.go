@@ -62,12 +62,15 @@ var (
 	// patchedAt holds, by pod name, when the API server first acknowledged a
 	// PATCH of the controller's to that pod: the admission committed.
 	patchedAt sync.Map
-	// benchPods is the benchmarks' client for the pods they create, watch
-	// and remove: protobuf, as spawnerd's and the cluster's controllers
-	// are. With JSON, the API server would encode every pod event of a
-	// burst in JSON for the benchmark's watch alone, and decode each create
-	// from JSON: CPU taken from the API server that both runs measure.
-	benchPods kubernetes.Interface
+	// benchPods is the benchmarks' client for the pods they create and
+	// remove, and benchWatch the one that watches them, on a connection of
+	// its own: on benchPods' each flush of the watch would wait its turn
+	// among the answers to the burst's creates (see kubeclient.OwnConnection).
+	// Both speak protobuf, as spawnerd's and the cluster's controllers do.
+	// With JSON, the API server would encode every pod event of a burst in
+	// JSON for the benchmark's watch alone, and decode each create from
+	// JSON: CPU taken from the API server that both runs measure.
+	benchPods, benchWatch kubernetes.Interface
 )
 
 // One class per scenario, each with nodes of its own, so scenarios do not
@@ -109,7 +112,8 @@ func TestMain(m *testing.M) {
 	for _, c := range classNodes {
 		nodes.NodeSets = append(nodes.NodeSets, devcluster.NodeSet{Name: "g-" + c.class, Count: c.nodes, CPU: "64", Memory: "512Gi", Pods: 250, GPUs: c.gpus, GPUClass: c.class})
 	}
-	os.Exit(harness.Main(m, &env, nodes, setup))
+	// Profiling: the admission benchmark profiles the API server.
+	os.Exit(harness.MainWith(m, &env, harness.ClusterOptions{Nodes: nodes, Profiling: true}, setup))
 }
 
 func setup(e *harness.Env) error {
@@ -170,6 +174,9 @@ func setup(e *harness.Env) error {
 		return err
 	}
 	if benchPods, err = kubernetes.NewForConfig(kubeclient.Protobuf(e.Config)); err != nil {
+		return err
+	}
+	if benchWatch, err = kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(e.Config))); err != nil {
 		return err
 	}
 	clk = clocktesting.NewFakeClock(time.Now())
