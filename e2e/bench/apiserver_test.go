@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dsmlp/spawner/e2e/harness"
 )
 
 // apiserverProfileWindow is how long the API server's CPU profile runs from
@@ -39,11 +41,7 @@ func traceAPIServer(ctx context.Context) (*apiserverTrace, error) {
 	}
 	t := &apiserverTrace{start: time.Now(), before: before}
 	t.wg.Go(func() {
-		t.prof, t.profErr = env.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(int(apiserverProfileWindow.Seconds()))).DoRaw(ctx)
-		if t.profErr != nil {
-			t.profErr = fmt.Errorf("fetching the API server's CPU profile: %w", t.profErr)
-		}
+		t.prof, t.profErr = harness.APIServerProfile(ctx, env.Client, apiserverProfileWindow)
 	})
 	return t, nil
 }

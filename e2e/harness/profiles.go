@@ -6,7 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // KeepProfile writes a CPU profile a benchmark took to
@@ -50,4 +54,16 @@ func PprofTop(ctx context.Context, dir, name, what string, profile []byte, flags
 		return "", fmt.Errorf("go tool pprof of %s: %w", name, err)
 	}
 	return fmt.Sprintf("\ngo tool pprof -top %s(%s):\n%s", strings.Join(flags, " ")+" ", what, out), nil
+}
+
+// APIServerProfile takes a CPU profile of the API server over window, from
+// its /debug/pprof (served to cluster admins when the cluster was started
+// with Profiling).
+func APIServerProfile(ctx context.Context, client kubernetes.Interface, window time.Duration) ([]byte, error) {
+	data, err := client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(int(window.Seconds()))).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the API server's CPU profile: %w", err)
+	}
+	return data, nil
 }

@@ -647,14 +647,12 @@ type apiserverProfile struct {
 	err   error
 }
 
-// profileAPIServer starts a CPU profile of the API server (its
-// /debug/pprof, served to cluster admins).
+// profileAPIServer starts a CPU profile of the API server.
 func profileAPIServer(ctx context.Context) *apiserverProfile {
 	p := &apiserverProfile{start: time.Now(), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.data, p.err = env.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(int(apiserverProfileWindow.Seconds()))).DoRaw(ctx)
+		p.data, p.err = harness.APIServerProfile(ctx, env.Client, apiserverProfileWindow)
 	}()
 	return p
 }
@@ -664,7 +662,7 @@ func profileAPIServer(ctx context.Context) *apiserverProfile {
 func (p *apiserverProfile) wait(end time.Time) ([]byte, error) {
 	<-p.done
 	if p.err != nil {
-		return nil, fmt.Errorf("fetching the API server's CPU profile: %w", p.err)
+		return nil, p.err
 	}
 	if d := end.Sub(p.start); d > apiserverProfileWindow {
 		return nil, fmt.Errorf("the burst took %.1f s, longer than the API server's profile (%s)", d.Seconds(), apiserverProfileWindow)
