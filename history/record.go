@@ -42,6 +42,15 @@ var upsertSession = func() string {
 
 const insertEvent = `INSERT INTO session_events (uid, kind, at, detail) VALUES (?, ?, ?, ?) ON CONFLICT (uid, kind) DO NOTHING`
 
+// recordQueries are the statements Record runs.
+func recordQueries() []string {
+	qs := []string{upsertSession, insertEvent}
+	for _, q := range eventUpdates {
+		qs = append(qs, q)
+	}
+	return qs
+}
+
 // startedFromOrigin and startedProvisional keep started_at the earlier of
 // requested_at and created_at, or, until one of them is recorded, the
 // earliest record's time. Both read the row as it was before the UPDATE.
@@ -185,10 +194,8 @@ type recordTx struct {
 	tx  *sql.Tx
 	s   *Store
 	now int64
-	// stmts are the statements prepared in this transaction, by query.
-	// SQLite compiles each statement it runs, which dominates the cost of a
-	// large batch; PostgreSQL's driver caches prepared statements itself,
-	// so there they are only compiled once too.
+	// stmts are the store's statements bound to this transaction, by
+	// query. PostgreSQL's driver caches prepared statements itself.
 	stmts map[string]*sql.Stmt
 }
 
@@ -199,10 +206,11 @@ func (w *recordTx) exec(ctx context.Context, query string, args ...any) (sql.Res
 	}
 	st, ok := w.stmts[query]
 	if !ok {
-		var err error
-		if st, err = w.tx.PrepareContext(ctx, query); err != nil {
-			return nil, err
+		shared, ok := w.s.stmts[query]
+		if !ok {
+			return nil, fmt.Errorf("statement not prepared at open: %.40q", query)
 		}
+		st = w.tx.StmtContext(ctx, shared)
 		if w.stmts == nil {
 			w.stmts = make(map[string]*sql.Stmt)
 		}
@@ -211,6 +219,8 @@ func (w *recordTx) exec(ctx context.Context, query string, args ...any) (sql.Res
 	return st.ExecContext(ctx, args...)
 }
 
+// close releases the transaction's hold on the statements; the store keeps
+// them compiled.
 func (w *recordTx) close() {
 	for _, st := range w.stmts {
 		_ = st.Close()
