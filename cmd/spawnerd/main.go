@@ -169,6 +169,7 @@ func serve(args []string) error {
 	}
 	defer func() { _ = log.Sync() }()
 	klog.SetLogger(zapr.NewLogger(log.Named("client-go")))
+	tuneMemory(log, os.LookupEnv)
 
 	cfg, err := spawner.Load(*configPath)
 	if err != nil {
