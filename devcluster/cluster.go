@@ -377,6 +377,36 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, n *corev1.No
 	return nil
 }
 
+// WaitNodesReady waits until every one of nodes is Ready, that is until kwok
+// has taken it on. Create pods on a kwok node only after that: until kwok
+// holds the node's lease it skips the node's pod events, then catches up with
+// a LIST, and plays the stages of the pods created meanwhile twice (the
+// second time from a stale copy, with a second pod IP the API server refuses).
+func WaitNodesReady(ctx context.Context, client kubernetes.Interface, nodes []*corev1.Node, timeout time.Duration) error {
+	want := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		want[n.Name] = true
+	}
+	ready := 0
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		ready = 0
+		for i := range list.Items {
+			if want[list.Items[i].Name] && NodeReady(&list.Items[i]) {
+				ready++
+			}
+		}
+		return ready == len(want), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d nodes to be Ready (%d are): %w", len(want), ready, err)
+	}
+	return nil
+}
+
 // startAgents starts the local-runtime node and, with localRuntimeGPUs, the
 // GPU one beside it.
 func (c *Cluster) startAgents() error {

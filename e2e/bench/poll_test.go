@@ -107,8 +107,9 @@ func pollNodes() []*corev1.Node {
 	return cfg.Nodes()
 }
 
-// addNodes registers kwok nodes for one benchmark and removes them when it
-// ends; call it before anything whose clean-up deletes pods on them.
+// addNodes registers kwok nodes for one benchmark, waits until kwok has taken
+// them on, and removes them when it ends; call it before anything whose
+// clean-up deletes pods on them.
 func addNodes(b *testing.B, nodes []*corev1.Node) {
 	b.Helper()
 	b.Cleanup(func() {
@@ -119,6 +120,9 @@ func addNodes(b *testing.B, nodes []*corev1.Node) {
 	err := parallel(b.Context(), len(nodes), 8, func(ctx context.Context, i int) error {
 		return devcluster.RegisterNode(ctx, env.Client, nodes[i])
 	})
+	if err == nil {
+		err = devcluster.WaitNodesReady(b.Context(), env.Client, nodes, time.Minute)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -127,6 +127,9 @@ func newScaleFixture(b *testing.B) *scaleFixture {
 	err = parallel(ctx, len(nodes), 8, func(ctx context.Context, i int) error {
 		return devcluster.RegisterNode(ctx, client, nodes[i])
 	})
+	if err == nil {
+		err = devcluster.WaitNodesReady(ctx, client, nodes, time.Minute)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -222,9 +225,35 @@ func (f *scaleFixture) createPods(ctx context.Context) error {
 		return running() == scaleServers, nil
 	})
 	if err != nil {
-		return fmt.Errorf("only %d of %d pods running: %w", running(), scaleServers, err)
+		return fmt.Errorf("only %d of %d pods running by the watch (the API server: %s): %w", running(), scaleServers, f.notRunning(context.WithoutCancel(ctx)), err)
 	}
 	return nil
+}
+
+// notRunning says, from a LIST, how many of the namespace's pods run and what
+// the first that do not look like, to tell a lagging watch from kwok pods that
+// never started.
+func (f *scaleFixture) notRunning(ctx context.Context) string {
+	list, err := f.client.CoreV1().Pods(f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	n, samples := 0, []string{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if harness.PodRunning(p) {
+			n++
+			continue
+		}
+		if len(samples) < 3 {
+			conds := []string{}
+			for _, c := range p.Status.Conditions {
+				conds = append(conds, fmt.Sprintf("%s=%s", c.Type, c.Status))
+			}
+			samples = append(samples, fmt.Sprintf("%s on %s: phase %q, podIPs %v, conditions %v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIPs, conds))
+		}
+	}
+	return fmt.Sprintf("%d of %d running; %v", n, len(list.Items), samples)
 }
 
 // scaleRunningCount counts the running pods of ns from a watch that keeps

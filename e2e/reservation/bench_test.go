@@ -232,6 +232,9 @@ func BenchmarkAdmissionRate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	if err := devcluster.WaitNodesReady(ctx, env.Client, nodes, time.Minute); err != nil {
+		b.Fatal(err)
+	}
 	var last, old, floor rateRun
 	for range b.N {
 		last = measureAdmissionRate(b, 0, true)
