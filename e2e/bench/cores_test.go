@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -135,4 +137,59 @@ func measureApart(ctx context.Context, f *fleet, route string, run func() (reque
 	r.p99 = time.Duration(bucketBound(before, after, "spawner_http_request_duration_seconds", route, 0.99) * float64(time.Second))
 	r.mean = mean(before, after, "spawner_http_request_duration_seconds", route)
 	return r, nil
+}
+
+// cpuLoad keeps threads of this process busy for a share of wall time: the
+// storm's control for spawnerd's CPU without spawnerd.
+type cpuLoad struct {
+	cancel context.CancelFunc
+	done   chan time.Duration
+	n      int
+}
+
+// startCPULoad starts ceil(cpus) threads that together use cpus CPUs (1.5:
+// a CPU and a half) for as long as they run. Each thread works in slices
+// of 100 µs whenever its own CPU time, read from the kernel, trails its
+// share of the wall time since it started, and sleeps otherwise: like a
+// server's demand, work it could not do while the cores were busy is done
+// when it gets a CPU, so the load takes what it asked for, not less.
+func startCPULoad(ctx context.Context, cpus float64) *cpuLoad {
+	ctx, cancel := context.WithCancel(ctx)
+	n := max(1, int(math.Ceil(cpus)))
+	l := &cpuLoad{cancel: cancel, done: make(chan time.Duration, n), n: n}
+	share := cpus / float64(n)
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			used := func() time.Duration {
+				var ru unix.Rusage
+				if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+					return 0
+				}
+				return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+			}
+			cpu0, start := used(), time.Now()
+			for ctx.Err() == nil {
+				if used()-cpu0 >= time.Duration(share*float64(time.Since(start))) {
+					time.Sleep(500 * time.Microsecond)
+					continue
+				}
+				for t := time.Now(); time.Since(t) < 100*time.Microsecond; {
+				}
+			}
+			l.done <- used() - cpu0
+		}()
+	}
+	return l
+}
+
+// stop ends the load and returns the CPU time its threads used.
+func (l *cpuLoad) stop() time.Duration {
+	l.cancel()
+	var total time.Duration
+	for range l.n {
+		total += <-l.done
+	}
+	return total
 }

@@ -156,6 +156,7 @@ type stormRun struct {
 func BenchmarkSpawnStorm(b *testing.B) {
 	var (
 		via, bare, yielded   []stormRun
+		loaded               []stormRun // the bare loop with spawnerd's CPU as a load
 		req                  = map[string]float64{}
 		spawnSum, spawnCount float64
 	)
@@ -171,6 +172,10 @@ func BenchmarkSpawnStorm(b *testing.B) {
 	// and this process (the hub's side: the POSTs and progress streams) at
 	// nice 19, so that the dev cluster's processes always get a CPU first,
 	// as they would with spawnerd and the hub on machines of their own.
+	// A fourth, the control, runs the bare loop again beside a load of
+	// threads in this process that use spawnerd's CPU of the first storm, at
+	// its mean rate: if it comes as slow as spawnerd's storm, what spawnerd
+	// adds is its CPU on the shared cores, not waiting.
 	var spawned, created *corev1.Pod // the first user's pod from each storm
 	var viaTrace, bareTrace, yieldTrace *apiserverTrace
 	throughSpawnerd := func(i int, us []string) {
@@ -276,7 +281,16 @@ func BenchmarkSpawnStorm(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	bareLoop := func(i int, us []string) {
+	// bareLoop runs the bare loop's storm; with load > 0, the control:
+	// threads of this process meanwhile use that many CPUs, spawnerd's
+	// mean in this iteration's storm, so that what spawnerd adds beyond
+	// its CPU on the shared cores (waiting, or work it makes the cluster
+	// do) shows.
+	bareLoop := func(i int, us []string, load float64) {
+		what := "the bare client-go storm"
+		if load > 0 {
+			what = fmt.Sprintf("the bare client-go storm with a load of %.2f CPUs, spawnerd's mean in its storm", load)
+		}
 		ns := env.Namespace(b)
 		cpu := newCPUMeter(env.BinDir)
 		show(cpu.settle(b.Context(), settleWait))
@@ -285,19 +299,31 @@ func BenchmarkSpawnStorm(b *testing.B) {
 			b.Fatal(err)
 		}
 		cpu0 := cpu.sample()
+		var l *cpuLoad
+		if load > 0 {
+			l = startCPULoad(b.Context(), load)
+		}
 		r, err := bareStorm(b.Context(), ns, us)
+		run := stormRun{stormResult: r}
+		if l != nil {
+			run.cpu = l.stop()
+		}
 		cpu1 := cpu.sample()
 		if err != nil {
-			b.Fatalf("bare client-go storm: %v", err)
+			b.Fatalf("%s: %v", what, err)
 		}
 		if err := trace.finish(b.Context(), r.end()); err != nil {
 			b.Error(err)
 		}
-		bareTrace = trace
-		bare = append(bare, stormRun{stormResult: r})
-		show(cpu.report(fmt.Sprintf("CPU during the bare client-go storm (iteration %d)", i+1), cpu0, cpu1))
-		if created, err = firstPod(b.Context(), ns, us); err != nil {
-			b.Fatal(err)
+		show(cpu.report(fmt.Sprintf("CPU during %s (iteration %d)", what, i+1), cpu0, cpu1))
+		if load > 0 {
+			loaded = append(loaded, run)
+		} else {
+			bareTrace = trace
+			bare = append(bare, run)
+			if created, err = firstPod(b.Context(), ns, us); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if err := removePods(b.Context(), env.Client, ns); err != nil {
 			b.Fatal(err)
@@ -318,12 +344,14 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		us := users(fmt.Sprintf("storm%d-", i), stormServers)
 		if i%2 == 0 {
 			throughSpawnerd(i, us)
-			bareLoop(i, us)
+			bareLoop(i, us, 0)
 		} else {
-			bareLoop(i, us)
+			bareLoop(i, us, 0)
 			throughSpawnerd(i, us)
 		}
 		yielding(i, us)
+		last := via[len(via)-1]
+		bareLoop(i, us, last.cpu.Seconds()/last.total().Seconds())
 		if d := cmp.Diff(normalized(spawned), normalized(created)); d != "" {
 			b.Errorf("the bare loop's pod differs from spawnerd's (-spawnerd +bare):\n%s", d)
 		}
@@ -332,20 +360,23 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		}
 	}
 
-	viaRate, bareRate, yieldRate := meanRate(via), meanRate(bare), meanRate(yielded)
+	viaRate, bareRate, yieldRate, loadedRate := meanRate(via), meanRate(bare), meanRate(yielded), meanRate(loaded)
 	spawns := float64(b.N * stormServers)
 	rows := [][]string{{"run", "servers", "requests answered", "all pods Running (watch)", "all ready (progress)",
-		"spawns/s", "per server p50", "p99", "to Running p50", "Running to ready p50", "spawnerd CPU"}}
+		"spawns/s", "per server p50", "p99", "to Running p50", "Running to ready p50", "spawnerd CPU (the load's)"}}
 	for _, set := range []struct {
 		name string
 		rs   []stormRun
-	}{{"spawnerd HTTP API", via}, {"bare client-go loop", bare}, {"spawnerd HTTP API, spawnerd and clients at nice 19", yielded}} {
+	}{{"spawnerd HTTP API", via}, {"bare client-go loop", bare}, {"spawnerd HTTP API, spawnerd and clients at nice 19", yielded},
+		{"bare client-go loop, with spawnerd's CPU as a load", loaded}} {
 		for i, r := range set.rs {
 			per := r.perServer()
 			reported, lag, cpu := "-", "-", "-"
 			if r.reported != nil {
 				reported = secs(r.end().Sub(r.start))
 				lag = secs(percentile(since(r.running, r.reported), 0.5))
+			}
+			if r.cpu > 0 {
 				cpu = secs(r.cpu)
 			}
 			rows = append(rows, []string{fmt.Sprintf("%s (%d)", set.name, i+1), strconv.Itoa(len(r.sent)), secs(r.answered.Sub(r.start)),
@@ -354,8 +385,8 @@ func BenchmarkSpawnStorm(b *testing.B) {
 				secs(percentile(since(r.sent, r.running), 0.5)), lag, cpu})
 		}
 	}
-	show(table(fmt.Sprintf("Spawn storm: %d servers from %d clients, QPS %d/burst %d for both; ratio %.2f× the bare loop's rate (target ≥ 0.95×); with spawnerd and the clients at nice 19: %.2f×",
-		stormServers, stormClients, spawnerdQPS, spawnerdBurst, viaRate/bareRate, yieldRate/bareRate), rows))
+	show(table(fmt.Sprintf("Spawn storm: %d servers from %d clients, QPS %d/burst %d for both; ratio %.2f× the bare loop's rate (target ≥ 0.95×); with spawnerd and the clients at nice 19: %.2f×; the bare loop with spawnerd's CPU as a load: %.2f×",
+		stormServers, stormClients, spawnerdQPS, spawnerdBurst, viaRate/bareRate, yieldRate/bareRate, loadedRate/bareRate), rows))
 
 	rows = [][]string{{"method", "requests", "per spawn"}}
 	for _, m := range slices.Sorted(maps.Keys(req)) {
@@ -372,6 +403,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 	b.ReportMetric(bareRate, "bare-spawns/s")
 	b.ReportMetric(viaRate/bareRate, "x-bare-rate")
 	b.ReportMetric(yieldRate/bareRate, "x-bare-rate-nice19")
+	b.ReportMetric(loadedRate/bareRate, "x-bare-rate-loaded")
 	b.ReportMetric(harness.Writes(req)/spawns, "writes/spawn")
 	b.ReportMetric(harness.Reads(req)/spawns, "reads/spawn")
 	b.ReportMetric(percentile(viaPer, 0.5).Seconds(), "p50-s")
