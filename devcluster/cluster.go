@@ -389,15 +389,9 @@ func WaitNodesReady(ctx context.Context, client kubernetes.Interface, nodes []*c
 	}
 	ready := 0
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
+		var err error
+		if ready, err = readyNodes(ctx, client, func(name string) bool { return want[name] }); err != nil {
 			return false, nil
-		}
-		ready = 0
-		for i := range list.Items {
-			if want[list.Items[i].Name] && NodeReady(&list.Items[i]) {
-				ready++
-			}
 		}
 		return ready == len(want), nil
 	})
@@ -405,6 +399,22 @@ func WaitNodesReady(ctx context.Context, client kubernetes.Interface, nodes []*c
 		return fmt.Errorf("waiting for %d nodes to be Ready (%d are): %w", len(want), ready, err)
 	}
 	return nil
+}
+
+// readyNodes counts the Ready nodes among those counted accepts by name
+// (nil: all), from the API server's cache.
+func readyNodes(ctx context.Context, client kubernetes.Interface, counted func(string) bool) (int, error) {
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, fmt.Errorf("listing nodes: %w", err)
+	}
+	ready := 0
+	for i := range list.Items {
+		if (counted == nil || counted(list.Items[i].Name)) && NodeReady(&list.Items[i]) {
+			ready++
+		}
+	}
+	return ready, nil
 }
 
 // startAgents starts the local-runtime node and, with localRuntimeGPUs, the
@@ -515,15 +525,9 @@ func (c *Cluster) waitNodesReady(ctx context.Context) error {
 				return false, fmt.Errorf("%s exited: %v\n%s", name, perr, c.procs[name].tail())
 			}
 		}
-		nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
+		var err error
+		if ready, err = readyNodes(ctx, c.client, nil); err != nil {
 			return false, nil
-		}
-		ready = 0
-		for i := range nodes.Items {
-			if NodeReady(&nodes.Items[i]) {
-				ready++
-			}
 		}
 		return ready >= want, nil
 	})
