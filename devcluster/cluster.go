@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -377,12 +378,26 @@ func RegisterNode(ctx context.Context, client kubernetes.Interface, n *corev1.No
 	return nil
 }
 
-// WaitNodesReady waits until every one of nodes is Ready, that is until kwok
-// has taken it on. Create pods on a kwok node only after that: until kwok
-// holds the node's lease it skips the node's pod events, then catches up with
-// a LIST, and plays the stages of the pods created meanwhile twice (the
-// second time from a stale copy, with a second pod IP the API server refuses).
-func WaitNodesReady(ctx context.Context, client kubernetes.Interface, nodes []*corev1.Node, timeout time.Duration) error {
+// RegisterNodes registers nodes (RegisterNode, eight at a time) and waits up
+// to timeout until every one of them is Ready, that is until kwok has taken
+// it on. Create pods on a kwok node only after that: until kwok holds the
+// node's lease it skips the node's pod events, then catches up with a LIST,
+// and plays the stages of the pods created meanwhile twice (the second time
+// from a stale copy, with a second pod IP the API server refuses).
+func RegisterNodes(ctx context.Context, client kubernetes.Interface, nodes []*corev1.Node, timeout time.Duration) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, n := range nodes {
+		g.Go(func() error { return RegisterNode(gctx, client, n) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return waitNamedNodesReady(ctx, client, nodes, timeout)
+}
+
+// waitNamedNodesReady waits up to timeout until every one of nodes is Ready.
+func waitNamedNodesReady(ctx context.Context, client kubernetes.Interface, nodes []*corev1.Node, timeout time.Duration) error {
 	want := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		want[n.Name] = true

@@ -117,13 +117,7 @@ func addNodes(b *testing.B, nodes []*corev1.Node) {
 			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
 		}
 	})
-	err := parallel(b.Context(), len(nodes), 8, func(ctx context.Context, i int) error {
-		return devcluster.RegisterNode(ctx, env.Client, nodes[i])
-	})
-	if err == nil {
-		err = devcluster.WaitNodesReady(b.Context(), env.Client, nodes, time.Minute)
-	}
-	if err != nil {
+	if err := devcluster.RegisterNodes(b.Context(), env.Client, nodes, time.Minute); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -124,13 +124,7 @@ func newScaleFixture(b *testing.B) *scaleFixture {
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	err = parallel(ctx, len(nodes), 8, func(ctx context.Context, i int) error {
-		return devcluster.RegisterNode(ctx, client, nodes[i])
-	})
-	if err == nil {
-		err = devcluster.WaitNodesReady(ctx, client, nodes, time.Minute)
-	}
-	if err != nil {
+	if err := devcluster.RegisterNodes(ctx, client, nodes, time.Minute); err != nil {
 		b.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -293,6 +293,33 @@ func recreateNode(t *testing.T, name string) {
 	}
 }
 
+// RegisterNodes returns only once kwok has taken every new node on: each
+// reads Ready at once, and a pod bound to one runs.
+func TestRegisterNodesWaitsForReady(t *testing.T) {
+	cfg := devcluster.NodeConfig{NodeSets: []devcluster.NodeSet{{Name: "registered", Count: 3, CPU: "8", Memory: "32Gi", Pods: 110}}}
+	nodes := cfg.Nodes()
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			_ = env.Client.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		}
+	})
+	if err := devcluster.RegisterNodes(t.Context(), env.Client, nodes, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		got, err := env.Client.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !devcluster.NodeReady(got) {
+			t.Errorf("node %s not Ready when RegisterNodes returned: %+v", n.Name, got.Status.Conditions)
+		}
+	}
+	ns := env.Namespace(t)
+	create(t, ns, newPod("on-registered", func(p *corev1.Pod) { p.Spec.NodeName = nodes[0].Name }))
+	env.WaitForPod(t, ns, "on-registered", "Running", harness.PodRunning)
+}
+
 func TestFaultRestartAPIServer(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, ns, newPod("survivor"))

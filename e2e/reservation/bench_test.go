@@ -227,12 +227,7 @@ func BenchmarkAdmissionRate(b *testing.B) {
 		}
 	})
 	nodes = append(nodes, floorNodes()...)
-	for _, n := range nodes {
-		if err := devcluster.RegisterNode(ctx, env.Client, n); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := devcluster.WaitNodesReady(ctx, env.Client, nodes, time.Minute); err != nil {
+	if err := devcluster.RegisterNodes(ctx, env.Client, nodes, time.Minute); err != nil {
 		b.Fatal(err)
 	}
 	var last, old, floor rateRun
