@@ -44,33 +44,46 @@ const insertEvent = `INSERT INTO session_events (uid, kind, at, detail) VALUES (
 
 // recordQueries are the statements Record runs.
 func recordQueries() []string {
-	qs := []string{upsertSession, insertEvent}
+	qs := []string{upsertSession, insertEvent, moveStartFromOrigin, moveStartProvisional}
 	for _, q := range eventUpdates {
 		qs = append(qs, q)
 	}
 	return qs
 }
 
-// startedFromOrigin and startedProvisional keep started_at the earlier of
-// requested_at and created_at, or, until one of them is recorded, the
-// earliest record's time. Both read the row as it was before the UPDATE.
-// Arguments: at, at.
+// moveStartFromOrigin and moveStartProvisional keep started_at the earlier
+// of requested_at and created_at, or, until one of them is recorded, the
+// earliest record's time. They run before the kind's own columns are set,
+// so they read the row as it was, and they write only when started_at
+// moves: six indexes hold started_at, and a record that left it in its SET
+// would rewrite all of them (a spawn's scheduled and ready records, and
+// mostly its created one, change no indexed column at all).
+// Arguments: at, uid, at, at.
 const (
-	startedFromOrigin  = `started_at = CASE WHEN (requested_at IS NULL AND created_at IS NULL) OR started_at > ? THEN ? ELSE started_at END`
-	startedProvisional = `started_at = CASE WHEN requested_at IS NULL AND created_at IS NULL AND started_at > ? THEN ? ELSE started_at END`
+	moveStartFromOrigin  = `UPDATE sessions SET started_at = ? WHERE uid = ? AND started_at <> ? AND ((requested_at IS NULL AND created_at IS NULL) OR started_at > ?)`
+	moveStartProvisional = `UPDATE sessions SET started_at = ? WHERE uid = ? AND started_at <> ? AND requested_at IS NULL AND created_at IS NULL AND started_at > ?`
 )
 
+// moveStart is the started_at statement of each kind: requested_at and
+// created_at are the session's origin, any other record only stands in for
+// it until one of them is recorded.
+func moveStart(k EventKind) string {
+	if k == EventRequested || k == EventCreated {
+		return moveStartFromOrigin
+	}
+	return moveStartProvisional
+}
+
 // eventUpdates set a session's columns of each kind, from the first record
-// of that kind. Arguments: the kind's own (see eventArgs), at, at,
-// updated_at, uid.
+// of that kind. Arguments: the kind's own (see eventArgs), updated_at, uid.
 var eventUpdates = map[EventKind]string{
-	EventRequested:     eventUpdate(`requested_at = ?, requested_by_kind = ?, requested_by_name = ?, ` + startedFromOrigin),
-	EventCreated:       eventUpdate(`created_at = ?, ` + startedFromOrigin),
-	EventScheduled:     eventUpdate(`scheduled_at = ?, node = ?, ` + startedProvisional),
-	EventReady:         eventUpdate(`ready_at = ?, ` + startedProvisional),
-	EventStopRequested: eventUpdate(`stop_requested_at = ?, stop_requested_by_kind = ?, stop_requested_by_name = ?, ` + startedProvisional),
+	EventRequested:     eventUpdate(`requested_at = ?, requested_by_kind = ?, requested_by_name = ?`),
+	EventCreated:       eventUpdate(`created_at = ?`),
+	EventScheduled:     eventUpdate(`scheduled_at = ?, node = ?`),
+	EventReady:         eventUpdate(`ready_at = ?`),
+	EventStopRequested: eventUpdate(`stop_requested_at = ?, stop_requested_by_kind = ?, stop_requested_by_name = ?`),
 	EventEnded: eventUpdate(`ended_at = ?, stopper = ?, end_phase = ?, end_reason = ?, end_message = ?, end_container_reason = ?, ` +
-		`end_exit_code = ?, ` + startedProvisional),
+		`end_exit_code = ?`),
 }
 
 func eventUpdate(set string) string {
@@ -248,7 +261,10 @@ func (w *recordTx) record(ctx context.Context, r *Record) error {
 	if n == 0 {
 		return nil // recorded before: the first record of a kind wins
 	}
-	args = append(eventArgs(r), at, at, w.now, r.UID)
+	if _, err := w.exec(ctx, moveStart(r.Kind), at, r.UID, at, at); err != nil {
+		return fmt.Errorf("session start: %w", err)
+	}
+	args = append(eventArgs(r), w.now, r.UID)
 	if _, err := w.exec(ctx, eventUpdates[r.Kind], args...); err != nil {
 		return fmt.Errorf("session columns: %w", err)
 	}

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -73,6 +74,52 @@ func TestOpenDSNForms(t *testing.T) {
 			s.Close()
 			t.Errorf("Open(%q) succeeded, want an error", dsn)
 		}
+	}
+}
+
+// TestSQLitePragmas checks that the store's SQLite settings hold on every
+// connection of the pool, and that one a DSN names wins over the store's.
+func TestSQLitePragmas(t *testing.T) {
+	dir := t.TempDir()
+	tests := map[string]struct {
+		dsn  string
+		want map[string]int64
+	}{
+		"defaults": {
+			dsn:  "sqlite://" + filepath.Join(dir, "defaults.db"),
+			want: map[string]int64{"wal_autocheckpoint": 10000, "journal_size_limit": 48 << 20, "synchronous": 1, "foreign_keys": 1},
+		},
+		"DSN overrides": {
+			dsn:  "sqlite://" + filepath.Join(dir, "own.db") + "?_pragma=wal_autocheckpoint(500)&_pragma=synchronous(FULL)",
+			want: map[string]int64{"wal_autocheckpoint": 500, "journal_size_limit": 48 << 20, "synchronous": 2, "foreign_keys": 1},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			s := testDB{BackendSQLite, tc.dsn}.open(t)
+			// Hold several connections at once, so that the pool opens new ones.
+			conns := make([]*sql.Conn, 3)
+			for i := range conns {
+				c, err := s.db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				conns[i] = c
+			}
+			for i, c := range conns {
+				for pragma, want := range tc.want {
+					var got int64
+					if err := c.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
+						t.Fatalf("connection %d: PRAGMA %s: %v", i, pragma, err)
+					}
+					if got != want {
+						t.Errorf("connection %d: PRAGMA %s = %d, want %d", i, pragma, got, want)
+					}
+				}
+			}
+		})
 	}
 }
 
