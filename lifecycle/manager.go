@@ -72,6 +72,7 @@ type Manager struct {
 	// spark are the Spark clusters; noSpark without them in the configuration.
 	spark SparkClusters
 	rec   Recorder
+	pods  PodCreator
 	hist  History // nil without a session history
 	// recent is how long List keeps a stopped server; prefix the engine's
 	// annotation prefix.
@@ -152,6 +153,23 @@ type Options struct {
 	// AnnotationPrefix is the reservation engine's annotation prefix, for
 	// the booking and guarantee status of GPU pods.
 	AnnotationPrefix string
+	// Pods, when set, creates the notebook pods; *kubeclient.PodCreator
+	// implements it, reading back the metadata alone. Default: the
+	// clientset's typed create.
+	Pods PodCreator
+}
+
+// PodCreator creates a pod and returns the stored pod's metadata (its UID).
+type PodCreator interface {
+	Create(ctx context.Context, pod *corev1.Pod) (metav1.Object, error)
+}
+
+// typedCreator creates pods through a clientset, which reads back the
+// whole pod.
+type typedCreator struct{ client kubernetes.Interface }
+
+func (c typedCreator) Create(ctx context.Context, pod *corev1.Pod) (metav1.Object, error) {
+	return c.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 }
 
 // Recorder records stops in the session history; *recorder.Recorder
@@ -192,10 +210,13 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 		log: opts.Logger, clock: opts.Clock, metrics: opts.Metrics, gate: opts.SchedulingGate,
 		res: opts.Reservations, loc: cmp.Or(opts.Location, time.Local),
 		spawns: map[Key]*spawn{}, observed: map[Key]*spawn{},
-		rec: opts.Recorder, hist: opts.History, recent: cmp.Or(opts.RecentStops, time.Hour), prefix: opts.AnnotationPrefix,
+		rec: opts.Recorder, pods: opts.Pods, hist: opts.History, recent: cmp.Or(opts.RecentStops, time.Hour), prefix: opts.AnnotationPrefix,
 	}
 	if m.rec == nil {
 		m.rec = noRecorder{}
+	}
+	if m.pods == nil {
+		m.pods = typedCreator{client}
 	}
 	if err := m.initSpark(opts.Spark); err != nil {
 		return nil, err
@@ -347,7 +368,7 @@ func (m *Manager) createObjects(ctx context.Context, objs *spawner.Objects, req 
 	}
 	pod := objs.Pod
 	adopted := false
-	created, err := core.Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := m.pods.Create(ctx, pod)
 	if apierrors.IsAlreadyExists(err) {
 		existing, gerr := core.Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if gerr != nil {
@@ -365,14 +386,14 @@ func (m *Manager) createObjects(ctx context.Context, objs *spawner.Objects, req 
 	if objs.Service != nil {
 		svc := objs.Service.DeepCopy()
 		svc.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "Pod", Name: created.Name, UID: created.UID,
+			APIVersion: "v1", Kind: "Pod", Name: created.GetName(), UID: created.GetUID(),
 			BlockOwnerDeletion: ptr.To(true), Controller: ptr.To(false),
 		}}
 		if _, err := core.Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return "", false, fmt.Errorf("creating service %s: %w", svc.Name, classify(err))
 		}
 	}
-	return created.UID, adopted, nil
+	return created.GetUID(), adopted, nil
 }
 
 // classify wraps API errors the hub should see as such.

@@ -288,7 +288,8 @@ func serve(args []string) error {
 		return err
 	}
 	mopts := lifecycle.Options{Logger: log.Named("lifecycle"), Metrics: lifecycle.NewMetrics(reg),
-		Recorder: rec, History: store, RecentStops: hf.recentStops, AnnotationPrefix: prefix}
+		Recorder: rec, History: store, RecentStops: hf.recentStops, AnnotationPrefix: prefix,
+		Pods: kubeclient.NewPodCreator(client.CoreV1().RESTClient())}
 	if resCfg != nil {
 		mopts.SchedulingGate = resCfg.SchedulingGate
 		// Progress gives times in the engine's zone, as its events do.
