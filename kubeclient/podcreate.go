@@ -41,8 +41,14 @@ func NewPodCreator(client rest.Interface) *PodCreator {
 // server stored. Its errors are the API server's (apierrors.IsAlreadyExists
 // and the like work on them).
 func (c *PodCreator) Create(ctx context.Context, pod *corev1.Pod) (metav1.Object, error) {
-	raw, err := c.client.Post().Namespace(pod.Namespace).Resource("pods").
-		SetHeader("Accept", metadataAccept).Body(pod).Do(ctx).Raw()
+	res := c.client.Post().Namespace(pod.Namespace).Resource("pods").
+		SetHeader("Accept", metadataAccept).Body(pod).Do(ctx)
+	// Error, not Raw's error: it decodes the API server's Status, so that
+	// a refusal keeps its reason and message (Raw's is a generic one).
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	raw, err := res.Raw()
 	if err != nil {
 		return nil, err
 	}

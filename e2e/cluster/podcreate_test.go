@@ -121,9 +121,25 @@ func TestPodCreatorReadsBackMetadata(t *testing.T) {
 			if len(a.types) != 1 || !strings.HasPrefix(a.types[0], "application/vnd.kubernetes.protobuf") {
 				t.Errorf("answer content types %q, want one in protobuf", a.types)
 			}
+			// Refusals keep the API server's reason and message.
 			_, err = creator.Create(ctx, pod)
-			if !apierrors.IsAlreadyExists(err) {
-				t.Errorf("second Create: %v, want AlreadyExists", err)
+			if !apierrors.IsAlreadyExists(err) || !strings.Contains(err.Error(), pod.Name) {
+				t.Errorf("second Create: %v, want AlreadyExists naming %s", err, pod.Name)
+			}
+			bad := notebookPod("meta-bad-" + name)
+			bad.Namespace, bad.Spec.Containers[0].Name = ns, "Not_A_DNS_Label"
+			_, err = creator.Create(ctx, bad)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.containers[0].name") {
+				t.Errorf("Create of an invalid pod: %v, want Invalid naming spec.containers[0].name", err)
+			}
+			nobody := rest.CopyConfig(cfg)
+			nobody.Impersonate = rest.ImpersonationConfig{UserName: "nobody"}
+			refused, _ := recordedClient(t, nobody)
+			denied := notebookPod("meta-denied-" + name)
+			denied.Namespace = ns
+			_, err = kubeclient.NewPodCreator(refused.CoreV1().RESTClient()).Create(ctx, denied)
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "cannot create resource") {
+				t.Errorf("Create without the right: %v, want Forbidden with the API server's message", err)
 			}
 		})
 	}
