@@ -620,7 +620,7 @@ type loggedRequest struct {
 }
 
 func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	return harness.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err := rt.RoundTrip(r)
 		if err != nil || r.URL.Query().Get("watch") == "true" {
@@ -647,10 +647,6 @@ func (l *requestLog) table(since time.Time) [][]string {
 	}
 	return rows
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type countingBody struct {
 	io.ReadCloser

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/kubeclient"
 )
 
@@ -28,7 +29,7 @@ type answers struct {
 }
 
 func (a *answers) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(req *http.Request) (*http.Response, error) {
+	return harness.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if err != nil || req.Method != http.MethodPost {
 			return resp, err
@@ -40,10 +41,6 @@ func (a *answers) wrap(rt http.RoundTripper) http.RoundTripper {
 		return resp, nil
 	})
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 type countingBody struct {
 	io.ReadCloser

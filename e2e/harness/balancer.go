@@ -77,7 +77,7 @@ func StartBalancer(t testing.TB, backends []*Backend) *Balancer {
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "backend"
 		},
-		Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) { return b.roundTrip(inner, req) }),
+		Transport: RoundTripFunc(func(req *http.Request) (*http.Response, error) { return b.roundTrip(inner, req) }),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			b.failed.Add(1)
 			http.Error(w, "balancer: "+err.Error(), http.StatusServiceUnavailable)
@@ -95,9 +95,13 @@ func StartBalancer(t testing.TB, backends []*Backend) *Balancer {
 	return b
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
+// RoundTripFunc is a function as an http.RoundTripper: a test wraps a
+// client's transport with one (rest.Config.WrapTransport) to count, time or
+// cut its requests.
+type RoundTripFunc func(*http.Request) (*http.Response, error)
 
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// RoundTrip calls f.
+func (f RoundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 var errNoReady = errors.New("no ready replica")
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/gpucontroller"
 	"github.com/dsmlp/spawner/reservationstore"
 )
@@ -37,7 +38,7 @@ func startReplica(t *testing.T, id string) *replica {
 	rc := rest.CopyConfig(env.Config)
 	rc.QPS, rc.Burst = 100, 200
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTrip(func(req *http.Request) (*http.Response, error) {
+		return harness.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if r.cut.Load() {
 				return nil, errors.New("replica " + id + " is cut off from the API server")
 			}

@@ -135,7 +135,7 @@ func setup(e *harness.Env) error {
 	rc := rest.CopyConfig(e.Config)
 	rc.QPS, rc.Burst = 200, 400
 	rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTrip(func(r *http.Request) (*http.Response, error) {
+		return harness.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if r.Method == http.MethodGet {
 				if r.URL.Query().Get("watch") != "true" {
 					reads.Add(1)
@@ -196,10 +196,6 @@ func setup(e *harness.Env) error {
 		return ctl.HasSynced() && ctl.Leading(), nil
 	})
 }
-
-type roundTrip func(*http.Request) (*http.Response, error)
-
-func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // startWebhook serves the admission webhook on loopback and registers it,
 // as the chart does with a Service.
