@@ -29,13 +29,19 @@ type apiClient struct {
 }
 
 func newAPIClient(api *harness.Spawnerd, conns int) *apiClient {
+	return newAPIClientAt(api.URL, api.Secret, conns)
+}
+
+// newAPIClientAt is newAPIClient for the spawner at url (one the harness or
+// the benchmark started) with the hub's shared secret.
+func newAPIClientAt(url string, secret []byte, conns int) *apiClient {
 	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute}
 	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	c, err := apiclient.New(api.URL, apiclient.User{}, apiclient.SharedSecret(api.Secret), apiclient.WithHTTPClient(hc))
+	c, err := apiclient.New(url, apiclient.User{}, apiclient.SharedSecret(secret), apiclient.WithHTTPClient(hc))
 	if err != nil {
-		panic(fmt.Sprintf("the harness's spawnerd URL %q: %v", api.URL, err)) // the harness makes it
+		panic(fmt.Sprintf("the spawner URL %q: %v", url, err)) // the harness or the benchmark makes it
 	}
-	return &apiClient{api: c, secret: api.Secret, http: hc}
+	return &apiClient{api: c, secret: secret, http: hc}
 }
 
 // token signs what the hub-side class signs (harness.Token, without a testing.TB).

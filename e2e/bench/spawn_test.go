@@ -157,6 +157,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 	var (
 		via, bare, yielded   []stormRun
 		loaded               []stormRun // the bare loop with spawnerd's CPU as a load
+		stubbed              []stormRun // the hub's calls to a stub spawner (stubSpawner)
 		req                  = map[string]float64{}
 		spawnSum, spawnCount float64
 	)
@@ -176,6 +177,10 @@ func BenchmarkSpawnStorm(b *testing.B) {
 	// threads in this process that use spawnerd's CPU of the first storm, at
 	// its mean rate: if it comes as slow as spawnerd's storm, what spawnerd
 	// adds is its CPU on the shared cores, not waiting.
+	// A fifth, the second control, makes the hub's same calls (a start
+	// POST and a progress WebSocket each) to stubSpawner, which does only
+	// what the contract needs of any spawner: if it comes as slow as
+	// spawnerd, the gap is the contract's work, not spawnerd's own.
 	var spawned, created *corev1.Pod // the first user's pod from each storm
 	var viaTrace, bareTrace, yieldTrace *apiserverTrace
 	throughSpawnerd := func(i int, us []string) {
@@ -236,6 +241,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 			b.Errorf("spawner_spawns_total{result=ready} rose by %v, want %d", n, stormServers)
 		}
 		show(f.cpu.report(fmt.Sprintf("CPU during the storm through spawnerd (iteration %d)", i+1), cpu0, cpu1))
+		showSchedulingFailures(b.Context(), b, "the storm through spawnerd", f.ns)
 		if spawned, err = firstPod(b.Context(), f.ns, us); err != nil {
 			b.Fatal(err)
 		}
@@ -276,6 +282,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		yieldTrace = trace
 		yielded = append(yielded, stormRun{r, cpu1.procs["spawnerd"] - cpu0.procs["spawnerd"]})
 		show(f.cpu.report(fmt.Sprintf("CPU during the storm through spawnerd, spawnerd and the clients at nice 19 (iteration %d)", i+1), cpu0, cpu1))
+		showSchedulingFailures(b.Context(), b, "the storm through spawnerd at nice 19", f.ns)
 		f.api.Stop()
 		if err := removePods(b.Context(), env.Client, f.ns); err != nil {
 			b.Fatal(err)
@@ -316,6 +323,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 			b.Error(err)
 		}
 		show(cpu.report(fmt.Sprintf("CPU during %s (iteration %d)", what, i+1), cpu0, cpu1))
+		showSchedulingFailures(b.Context(), b, what, ns)
 		if load > 0 {
 			loaded = append(loaded, run)
 		} else {
@@ -325,6 +333,36 @@ func BenchmarkSpawnStorm(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		if err := removePods(b.Context(), env.Client, ns); err != nil {
+			b.Fatal(err)
+		}
+	}
+	viaStub := func(i int, us []string) {
+		ns := env.Namespace(b)
+		cpu := newCPUMeter(env.BinDir)
+		show(cpu.settle(b.Context(), settleWait))
+		ctx, stop := context.WithCancel(b.Context())
+		defer stop()
+		stub, err := startStub(ctx, ns, us)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer stub.close()
+		clock, err := watchPods(ctx, ns)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := &fleet{ns: ns, c: newAPIClientAt(stub.srv.URL, []byte("the-stub-spawner-checks-no-token"), stormClients), clock: clock}
+		defer f.c.http.CloseIdleConnections()
+		cpu0 := cpu.sample()
+		r, err := f.spawnAsHub(b.Context(), us)
+		cpu1 := cpu.sample()
+		if err != nil {
+			b.Fatalf("storm through the stub spawner: %v", err)
+		}
+		stubbed = append(stubbed, stormRun{stormResult: r})
+		show(cpu.report(fmt.Sprintf("CPU during the storm through the stub spawner, in the benchmark's process (iteration %d)", i+1), cpu0, cpu1))
+		showSchedulingFailures(b.Context(), b, "the storm through the stub spawner", ns)
 		if err := removePods(b.Context(), env.Client, ns); err != nil {
 			b.Fatal(err)
 		}
@@ -352,6 +390,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		yielding(i, us)
 		last := via[len(via)-1]
 		bareLoop(i, us, last.cpu.Seconds()/last.total().Seconds())
+		viaStub(i, us)
 		if d := cmp.Diff(normalized(spawned), normalized(created)); d != "" {
 			b.Errorf("the bare loop's pod differs from spawnerd's (-spawnerd +bare):\n%s", d)
 		}
@@ -360,7 +399,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		}
 	}
 
-	viaRate, bareRate, yieldRate, loadedRate := meanRate(via), meanRate(bare), meanRate(yielded), meanRate(loaded)
+	viaRate, bareRate, yieldRate, loadedRate, stubRate := meanRate(via), meanRate(bare), meanRate(yielded), meanRate(loaded), meanRate(stubbed)
 	spawns := float64(b.N * stormServers)
 	rows := [][]string{{"run", "servers", "requests answered", "all pods Running (watch)", "all ready (progress)",
 		"spawns/s", "per server p50", "p99", "to Running p50", "Running to ready p50", "spawnerd CPU (the load's)"}}
@@ -368,7 +407,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		name string
 		rs   []stormRun
 	}{{"spawnerd HTTP API", via}, {"bare client-go loop", bare}, {"spawnerd HTTP API, spawnerd and clients at nice 19", yielded},
-		{"bare client-go loop, with spawnerd's CPU as a load", loaded}} {
+		{"bare client-go loop, with spawnerd's CPU as a load", loaded}, {"stub spawner (create, a pod watch, a WebSocket each; nothing of spawnerd's)", stubbed}} {
 		for i, r := range set.rs {
 			per := r.perServer()
 			reported, lag, cpu := "-", "-", "-"
@@ -385,8 +424,8 @@ func BenchmarkSpawnStorm(b *testing.B) {
 				secs(percentile(since(r.sent, r.running), 0.5)), lag, cpu})
 		}
 	}
-	show(table(fmt.Sprintf("Spawn storm: %d servers from %d clients, QPS %d/burst %d for both; ratio %.2f× the bare loop's rate (target ≥ 0.95×); with spawnerd and the clients at nice 19: %.2f×; the bare loop with spawnerd's CPU as a load: %.2f×",
-		stormServers, stormClients, spawnerdQPS, spawnerdBurst, viaRate/bareRate, yieldRate/bareRate, loadedRate/bareRate), rows))
+	show(table(fmt.Sprintf("Spawn storm: %d servers from %d clients, QPS %d/burst %d for both; ratio %.2f× the bare loop's rate (target ≥ 0.95×); with spawnerd and the clients at nice 19: %.2f×; the bare loop with spawnerd's CPU as a load: %.2f×; the stub spawner: %.2f× (spawnerd %.2f× the stub's rate)",
+		stormServers, stormClients, spawnerdQPS, spawnerdBurst, viaRate/bareRate, yieldRate/bareRate, loadedRate/bareRate, stubRate/bareRate, viaRate/stubRate), rows))
 
 	rows = [][]string{{"method", "requests", "per spawn"}}
 	for _, m := range slices.Sorted(maps.Keys(req)) {
@@ -404,6 +443,8 @@ func BenchmarkSpawnStorm(b *testing.B) {
 	b.ReportMetric(viaRate/bareRate, "x-bare-rate")
 	b.ReportMetric(yieldRate/bareRate, "x-bare-rate-nice19")
 	b.ReportMetric(loadedRate/bareRate, "x-bare-rate-loaded")
+	b.ReportMetric(stubRate/bareRate, "x-bare-rate-stub")
+	b.ReportMetric(viaRate/stubRate, "x-stub-rate")
 	b.ReportMetric(harness.Writes(req)/spawns, "writes/spawn")
 	b.ReportMetric(harness.Reads(req)/spawns, "reads/spawn")
 	b.ReportMetric(percentile(viaPer, 0.5).Seconds(), "p50-s")
@@ -557,4 +598,39 @@ func removePods(ctx context.Context, client kubernetes.Interface, ns string) err
 		return err
 	}
 	return deletePods(ctx, client, ns)
+}
+
+// schedulingFailures reads the scheduler's FailedScheduling events in ns:
+// how many pods it failed to place at first, and the first message. A pod
+// it fails waits for its back-off (1 s, doubling) before the next try, so a
+// few of them set a storm's end.
+func schedulingFailures(ctx context.Context, ns string) (int, string, error) {
+	list, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	if err != nil {
+		return 0, "", fmt.Errorf("listing the FailedScheduling events of %s: %w", ns, err)
+	}
+	pods := map[string]bool{}
+	first := ""
+	for _, e := range list.Items {
+		pods[e.InvolvedObject.Name] = true
+		if first == "" {
+			first = e.Message
+		}
+	}
+	return len(pods), first, nil
+}
+
+// showSchedulingFailures prints schedulingFailures for one storm.
+func showSchedulingFailures(ctx context.Context, b *testing.B, what, ns string) {
+	b.Helper()
+	n, msg, err := schedulingFailures(ctx, ns)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	if n == 0 {
+		show(fmt.Sprintf("%s: the scheduler placed every pod at its first try\n", what))
+		return
+	}
+	show(fmt.Sprintf("%s: the scheduler failed %d pods at first, e.g. %q\n", what, n, msg))
 }
