@@ -486,9 +486,7 @@ func bareStorm(ctx context.Context, ns string, users []string) (stormResult, err
 	if err != nil {
 		return stormResult{}, err
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst, cfg.UserAgent = spawnerdQPS, spawnerdBurst, "bench-bare-loop"
-	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
+	client, err := stormClient("bench-bare-loop")
 	if err != nil {
 		return stormResult{}, err
 	}
@@ -507,6 +505,19 @@ func bareStorm(ctx context.Context, ns string, users []string) (stormResult, err
 	}
 	r.running = clock.times(running, names(pods))
 	return r, nil
+}
+
+// stormClient is the client the storm's controls create pods with: as
+// spawnerd's, protobuf with its QPS and burst, so that only what the
+// control leaves out differs.
+func stormClient(agent string) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst, cfg.UserAgent = spawnerdQPS, spawnerdBurst, agent
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("the storm's client %s: %w", agent, err)
+	}
+	return client, nil
 }
 
 // warmStorm runs a bare storm that is not measured in ns, and removes its

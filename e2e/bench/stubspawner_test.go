@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -50,9 +49,7 @@ func startStub(ctx context.Context, ns string, users []string) (*stubSpawner, er
 	if err != nil {
 		return nil, err
 	}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst, cfg.UserAgent = spawnerdQPS, spawnerdBurst, "bench-stub-spawner"
-	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(cfg))
+	client, err := stormClient("bench-stub-spawner")
 	if err != nil {
 		return nil, err
 	}
