@@ -312,7 +312,10 @@ func (w *Watcher) Namespaces() []string {
 	return out
 }
 
-func (w *Watcher) podsSynced() bool {
+// PodsSynced reports whether the pod cache of every watched namespace holds
+// its first LIST: what polls, starts and the stop reaction read. The event
+// cache fills after it (see Run) and only completes progress logs.
+func (w *Watcher) PodsSynced() bool {
 	for _, sp := range w.spaces {
 		if !sp.podsSynced() {
 			return false
@@ -333,7 +336,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		sp.factory.Start(ctx.Done())
 		defer sp.factory.Shutdown()
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), w.podsSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), w.PodsSynced) {
 		return fmt.Errorf("waiting for the pod cache to sync: %w", context.Cause(ctx))
 	}
 	var wg sync.WaitGroup
@@ -355,7 +358,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 // HasSynced reports whether both the pod and the event caches hold a full
 // LIST; /readyz reports it.
 func (w *Watcher) HasSynced() bool {
-	if !w.podsSynced() {
+	if !w.PodsSynced() {
 		return false
 	}
 	for _, sp := range w.spaces {
@@ -370,7 +373,7 @@ func (w *Watcher) HasSynced() bool {
 // pod reads pending: answering "absent" then would make the hub drop live
 // servers (the KubeSpawner 5.0 regression, kubespawner.md §3.6).
 func (w *Watcher) Status(namespace, pod string) Status {
-	if !w.podsSynced() {
+	if !w.PodsSynced() {
 		return Status{State: StatePending}
 	}
 	key := cache.NewObjectName(namespace, pod)

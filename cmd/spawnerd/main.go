@@ -305,7 +305,11 @@ func serve(args []string) error {
 		return err
 	}
 	health := &apiHealth{stale: 10 * time.Second}
-	ready := func() bool { return watcher.HasSynced() && manager.HasSynced() && health.ok() }
+	// Ready once the pod cache is whole: every answer to the hub reads it.
+	// The event cache (a LIST of every pod event, 40,000 at 10,000 servers)
+	// comes after it; until then a progress log shows a start's events late,
+	// not wrong, and the history's rescan waits for it on its own.
+	ready := func() bool { return watcher.PodsSynced() && manager.HasSynced() && health.ok() }
 	apiOpts := hubapi.Options{
 		Servers: manager, Auth: auth, Profiles: cfg.Profiles,
 		Ready:    ready,
