@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -241,7 +242,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 			b.Errorf("spawner_spawns_total{result=ready} rose by %v, want %d", n, stormServers)
 		}
 		show(f.cpu.report(fmt.Sprintf("CPU during the storm through spawnerd (iteration %d)", i+1), cpu0, cpu1))
-		showSchedulingFailures(b.Context(), b, "the storm through spawnerd", f.ns)
+		showStormEvents(b.Context(), b, "the storm through spawnerd", f.ns)
 		if spawned, err = firstPod(b.Context(), f.ns, us); err != nil {
 			b.Fatal(err)
 		}
@@ -282,7 +283,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		yieldTrace = trace
 		yielded = append(yielded, stormRun{r, cpu1.procs["spawnerd"] - cpu0.procs["spawnerd"]})
 		show(f.cpu.report(fmt.Sprintf("CPU during the storm through spawnerd, spawnerd and the clients at nice 19 (iteration %d)", i+1), cpu0, cpu1))
-		showSchedulingFailures(b.Context(), b, "the storm through spawnerd at nice 19", f.ns)
+		showStormEvents(b.Context(), b, "the storm through spawnerd at nice 19", f.ns)
 		f.api.Stop()
 		if err := removePods(b.Context(), env.Client, f.ns); err != nil {
 			b.Fatal(err)
@@ -323,7 +324,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 			b.Error(err)
 		}
 		show(cpu.report(fmt.Sprintf("CPU during %s (iteration %d)", what, i+1), cpu0, cpu1))
-		showSchedulingFailures(b.Context(), b, what, ns)
+		showStormEvents(b.Context(), b, what, ns)
 		if load > 0 {
 			loaded = append(loaded, run)
 		} else {
@@ -362,7 +363,7 @@ func BenchmarkSpawnStorm(b *testing.B) {
 		}
 		stubbed = append(stubbed, stormRun{stormResult: r})
 		show(cpu.report(fmt.Sprintf("CPU during the storm through the stub spawner, in the benchmark's process (iteration %d)", i+1), cpu0, cpu1))
-		showSchedulingFailures(b.Context(), b, "the storm through the stub spawner", ns)
+		showStormEvents(b.Context(), b, "the storm through the stub spawner", ns)
 		if err := removePods(b.Context(), env.Client, ns); err != nil {
 			b.Fatal(err)
 		}
@@ -611,37 +612,59 @@ func removePods(ctx context.Context, client kubernetes.Interface, ns string) err
 	return deletePods(ctx, client, ns)
 }
 
-// schedulingFailures reads the scheduler's FailedScheduling events in ns:
-// how many pods it failed to place at first, and the first message. A pod
-// it fails waits for its back-off (1 s, doubling) before the next try, so a
+// stormEvents is what the events of a storm's namespace say: how many
+// events each component wrote of each reason, and how many pods the
+// scheduler failed to place at first, with its first message. A pod it
+// fails waits for its back-off (1 s, doubling) before the next try, so a
 // few of them set a storm's end.
-func schedulingFailures(ctx context.Context, ns string) (int, string, error) {
-	list, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
-	if err != nil {
-		return 0, "", fmt.Errorf("listing the FailedScheduling events of %s: %w", ns, err)
-	}
-	pods := map[string]bool{}
-	first := ""
-	for _, e := range list.Items {
-		pods[e.InvolvedObject.Name] = true
-		if first == "" {
-			first = e.Message
-		}
-	}
-	return len(pods), first, nil
+type stormEvents struct {
+	bySource map[string]int // "component reason"
+	failed   map[string]bool
+	first    string
 }
 
-// showSchedulingFailures prints schedulingFailures for one storm.
-func showSchedulingFailures(ctx context.Context, b *testing.B, what, ns string) {
+func readStormEvents(ctx context.Context, ns string) (stormEvents, error) {
+	list, err := env.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return stormEvents{}, fmt.Errorf("listing the events of %s: %w", ns, err)
+	}
+	se := stormEvents{bySource: map[string]int{}, failed: map[string]bool{}}
+	for _, e := range list.Items {
+		src := e.ReportingController
+		if src == "" {
+			src = e.Source.Component
+		}
+		se.bySource[src+" "+e.Reason]++
+		if e.Reason == "FailedScheduling" {
+			se.failed[e.InvolvedObject.Name] = true
+			if se.first == "" {
+				se.first = e.Message
+			}
+		}
+	}
+	return se, nil
+}
+
+// showStormEvents prints readStormEvents for one storm: the API server's
+// POST events of a storm have exceeded one a pod by up to 700, and this
+// says which component wrote them.
+func showStormEvents(ctx context.Context, b *testing.B, what, ns string) {
 	b.Helper()
-	n, msg, err := schedulingFailures(ctx, ns)
+	se, err := readStormEvents(ctx, ns)
 	if err != nil {
 		b.Error(err)
 		return
 	}
-	if n == 0 {
-		show(fmt.Sprintf("%s: the scheduler placed every pod at its first try\n", what))
+	var parts []string
+	total := 0
+	for _, k := range slices.Sorted(maps.Keys(se.bySource)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, se.bySource[k]))
+		total += se.bySource[k]
+	}
+	line := fmt.Sprintf("%s: %d events in its namespace (%s); ", what, total, strings.Join(parts, ", "))
+	if len(se.failed) == 0 {
+		show(line + "the scheduler placed every pod at its first try\n")
 		return
 	}
-	show(fmt.Sprintf("%s: the scheduler failed %d pods at first, e.g. %q\n", what, n, msg))
+	show(fmt.Sprintf("%sthe scheduler failed %d pods at first, e.g. %q\n", line, len(se.failed), se.first))
 }
