@@ -213,16 +213,26 @@ func TestSpawnPollStop(t *testing.T) {
 // API server closed from one that delivered late.
 func TestWatchesAreCounted(t *testing.T) {
 	f := setup(t, 30)
-	m, err := harness.Scrape(context.Background(), f.api.URL)
+	// setup returns once spawnerd is ready: its pod informer has synced and
+	// watches. The event reflector starts after that, and readiness does
+	// not wait for it, so its first watch is waited for. A watch ends only
+	// after minutes, so each opened one so far.
+	series := func(r string) string { return `spawner_kube_watches_opened_total{resource="` + r + `"}` }
+	var m map[string]float64
+	err := wait.PollUntilContextTimeout(context.Background(), harness.Interval, harness.Timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if m, err = harness.Scrape(ctx, f.api.URL); err != nil {
+			return false, err
+		}
+		_, ok := m[series("events")]
+		return ok, nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiting for the event watch to be counted: %v", err)
 	}
-	// setup returns once spawnerd is ready: its informers have synced and
-	// watch. A watch ends only after minutes, so each opened one so far.
 	for _, r := range []string{"pods", "events"} {
-		series := `spawner_kube_watches_opened_total{resource="` + r + `"}`
-		if got, ok := m[series]; !ok || got != 1 {
-			t.Errorf("%s = %v (present %v), want 1", series, got, ok)
+		if got, ok := m[series(r)]; !ok || got != 1 {
+			t.Errorf("%s = %v (present %v), want 1", series(r), got, ok)
 		}
 	}
 }
