@@ -158,6 +158,15 @@ func (n *fakeNotifier) succeeded() []notifyCall {
 // its caches to sync.
 func startWatcher(t *testing.T, client *fake.Clientset, opts Options) *Watcher {
 	t.Helper()
+	w := runWatcher(t, client, opts)
+	waitFor(t, "caches synced", w.HasSynced)
+	return w
+}
+
+// runWatcher runs a Watcher on client until the test ends, without waiting
+// for anything.
+func runWatcher(t *testing.T, client *fake.Clientset, opts Options) *Watcher {
+	t.Helper()
 	if opts.Namespace == "" {
 		opts.Namespace = testNS
 	}
@@ -177,7 +186,6 @@ func startWatcher(t *testing.T, client *fake.Clientset, opts Options) *Watcher {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	waitFor(t, "caches synced", w.HasSynced)
 	return w
 }
 

@@ -1,11 +1,9 @@
 package poll
 
 import (
-	"context"
 	"sync"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -24,22 +22,11 @@ func TestPodsSyncedBeforeTheEventList(t *testing.T) {
 		<-release // the fake's default reactor then answers the LIST
 		return false, nil, nil
 	})
-	w, err := New(client, Options{Namespace: testNS, Logger: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	w := runWatcher(t, client, Options{})
+	// Cleanups run last first: the LIST is released before Run is stopped.
 	var releaseOnce sync.Once
 	free := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(func() {
-		free()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	t.Cleanup(free)
 
 	waitFor(t, "the pod cache", w.PodsSynced)
 	<-listing

@@ -356,7 +356,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 // HasSynced reports whether both the pod and the event caches hold a full
-// LIST; /readyz reports it.
+// LIST; the history's rescan waits for it (/readyz for PodsSynced alone).
 func (w *Watcher) HasSynced() bool {
 	if !w.PodsSynced() {
 		return false
