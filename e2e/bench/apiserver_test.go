@@ -66,11 +66,22 @@ func (t *apiserverTrace) finish(ctx context.Context, stormEnd time.Time) error {
 
 // apiserverCounters sums, between two scrapes of the API server, the
 // counters that tell its work apart: requests by verb and resource, watch
-// events sent to watchers (count and bytes) and the events its watch cache
-// dispatched, by resource or kind.
+// events sent to watchers (count and bytes), the events its watch cache
+// dispatched, by resource or kind, and its garbage collections; and its heap
+// in use at the first scrape.
 func apiserverCounters(before, after metrics) map[string]float64 {
 	out := map[string]float64{}
 	for series := range after {
+		// The API server's own heap and collections: a storm right after
+		// a benchmark that filled the cluster found it collecting more.
+		switch series {
+		case "go_memstats_heap_inuse_bytes":
+			out["heap in use at the start, MiB"] = before[series] / (1 << 20)
+			continue
+		case "go_gc_duration_seconds_count":
+			out["garbage collections"] = delta(before, after, series)
+			continue
+		}
 		name, labels, ok := strings.Cut(series, "{")
 		if !ok {
 			continue
