@@ -65,9 +65,11 @@ func BenchmarkStopReaction(b *testing.B) {
 	// buffers of a grown watch cache whatever ran before in the package; on
 	// a fresh API server's they are closed as unresponsive in the burst and
 	// the reaction measures their reopening.
-	if err := warmStorm(ctx, env.Namespace(b)); err != nil {
+	warm, err := warmStorm(ctx, env.Namespace(b))
+	if err != nil {
 		b.Fatal(err)
 	}
+	show(warm)
 	hub := newFakeHub("bench-hub-token")
 	hubSrv := httptest.NewServer(hub)
 	b.Cleanup(hubSrv.Close)
