@@ -525,9 +525,10 @@ func stormClient(agent string) (kubernetes.Interface, error) {
 
 // warmStorm runs a bare storm that is not measured in ns, removes its pods,
 // and says what it cost the API server. One is enough for the watch cache
-// (below); more do not steady the API server: five in a row on a fresh
-// cluster cost it 9.4, 7.7, 10.3, 12.7 and 13.3 s of CPU for the same
-// 1,000 pods, which is why a storm's ratio moves from run to run.
+// (see BenchmarkSpawnStorm); more do not steady the API server: five in a
+// row on a fresh cluster cost it 9.4, 7.7, 10.3, 12.7 and 13.3 s of CPU
+// for the same 1,000 pods, which is why a storm's ratio moves from run to
+// run.
 func warmStorm(ctx context.Context, ns string) (string, error) {
 	cpu := newCPUMeter(env.BinDir)
 	from := cpu.sample()
