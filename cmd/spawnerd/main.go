@@ -194,11 +194,7 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	restCfg.QPS, restCfg.Burst = float32(kf.qps), kf.burst
-	restCfg.UserAgent = "spawnerd"
-	if !kf.compression {
-		restCfg = kubeclient.Uncompressed(restCfg)
-	}
+	restCfg = kf.apply(restCfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	restCfg.WrapTransport = lifecycle.CountRequests(reg)

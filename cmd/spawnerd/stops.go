@@ -12,7 +12,9 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/dsmlp/spawner/kubeclient"
 	"github.com/dsmlp/spawner/leader"
 )
 
@@ -47,7 +49,18 @@ type kubeFlags struct {
 func (f *kubeFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.qps, "kube-qps", 500, "Kubernetes API requests per second spawnerd may make (client-go's rate limit): spawns, stops, deletes")
 	fs.IntVar(&f.burst, "kube-burst", 1000, "requests above --kube-qps allowed in a burst (a spawn storm, a thousand stops at once)")
-	fs.BoolVar(&f.compression, "kube-compression", false, "ask the API server to gzip its answers and watch streams: saves bandwidth on a slow link to it, costs CPU on both sides per event")
+	fs.BoolVar(&f.compression, "kube-compression", true, "offer the API server gzip, which it uses for watch streams and large answers: it hands each uncompressed pod event to its HTTP/2 writer on its own, and gzipped events share those hand-offs, so under load a gzipped watch keeps up; off saves the gzip's CPU on both sides")
+}
+
+// apply returns a copy of cfg with the flags' rate limits and compression.
+func (f *kubeFlags) apply(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.QPS, out.Burst = float32(f.qps), f.burst
+	out.UserAgent = "spawnerd"
+	if !f.compression {
+		out = kubeclient.Uncompressed(out)
+	}
+	return out
 }
 
 func (f *kubeFlags) check() error {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -31,16 +32,32 @@ type podClock struct {
 // with ctx. It watches in protobuf, as spawnerd and the cluster's
 // controllers do: in JSON, the API server would encode every pod event of a
 // storm in JSON for this watch alone, and the benchmark's own decoding would
-// take a CPU from what it measures. It has a connection of its own: on the
+// take a CPU from what it measures. It offers gzip, client-go's default
+// (see watchPodsUncompressed). It has a connection of its own: on the
 // one the benchmark's writes share, a burst of them (the stop benchmark's
 // evictions) delays the watch and so every time measured from it.
 func watchPods(ctx context.Context, ns string) (*podClock, error) {
-	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(env.Config)))
+	return watchPodsWith(ctx, ns, env.Config, "")
+}
+
+// watchPodsUncompressed is watchPods with spawnerd's label selector and
+// without gzip (spawnerd's --kube-compression=false). Beside the
+// benchmark's watch, in the same process, it shows what an uncompressed
+// watch costs in delivery under load.
+func watchPodsUncompressed(ctx context.Context, ns string) (*podClock, error) {
+	return watchPodsWith(ctx, ns, kubeclient.Uncompressed(env.Config), "component=singleuser-server")
+}
+
+// watchPodsWith watches the pods of ns that selector selects ("" all),
+// through a client made of cfg.
+func watchPodsWith(ctx context.Context, ns string, cfg *rest.Config, selector string) (*podClock, error) {
+	client, err := kubernetes.NewForConfig(kubeclient.Protobuf(kubeclient.OwnConnection(cfg)))
 	if err != nil {
 		return nil, fmt.Errorf("watching pods of %s: %w", ns, err)
 	}
 	c := &podClock{running: map[string]time.Time{}, evicted: map[string]time.Time{}, deleting: map[string]time.Time{}, gone: map[string]time.Time{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := factory.Core().V1().Pods().Informer()
 	seen := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)

@@ -49,7 +49,9 @@ const (
 //
 // and, for where the time goes: when a stop worker took the pod up (the
 // "server stopped" log line), when the watch saw the pod's deletionTimestamp
-// and when it saw the pod gone. spawnerd runs as installed by default: stop
+// and when it saw the pod gone. A second watch in this process, as
+// spawnerd's but without gzip, shows beside them what an uncompressed watch
+// costs in delivery. spawnerd runs as installed by default: stop
 // Lease on, session history in a SQLite file. The API server's own write
 // latency in the same window (its apiserver_request_duration_seconds, read
 // before and after) is reported beside, with the share of spawnerd's p99
@@ -82,6 +84,10 @@ func BenchmarkStopReaction(b *testing.B) {
 		Env: []string{"CONFIGPROXY_AUTH_TOKEN=" + proxy.Token, "SPAWNERD_HUB_TOKEN=" + hub.token},
 	})
 	watch, err := watchPods(ctx, f.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain, err := watchPodsUncompressed(ctx, f.ns)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -166,6 +172,7 @@ func BenchmarkStopReaction(b *testing.B) {
 
 		// Each pod's times.
 		r.seen = watch.times(evicted, podNames)
+		r.plain = plain.times(evicted, podNames)
 		r.deleting = watch.times(deleting, podNames)
 		r.gone = f.clock.times(gone, podNames)
 		r.told = hub.times(us)
@@ -215,6 +222,7 @@ type stopRun struct {
 	written   []time.Time     // the eviction's status write answered
 	writeTook []time.Duration // the eviction's GET and status PUT, as the benchmark saw them
 	seen      []time.Time     // T0: the watch delivered the Failed/Evicted update
+	plain     []time.Time     // a watch without gzip, in this process, delivered it
 	queued    []time.Time     // spawnerd's reflector queued the Failed update (its transform ran)
 	informer  []time.Time     // spawnerd's informer delivered the Failed update
 	picked    []time.Time     // a stop worker took the pod up ("server stopped")
@@ -239,7 +247,7 @@ type profileResult struct {
 
 // reportStops prints the runs' tables and reports the headline metrics.
 func reportStops(b *testing.B, runs []stopRun, extra []string) {
-	var toHub, toSent, toPicked, toQueued, queuedToInformer, toInformer, informerToPicked, pickedToSent, deleteRTT, toDeleting, toGone, writes []time.Duration
+	var toHub, toSent, toPicked, toQueued, toPlain, queuedToInformer, toInformer, informerToPicked, pickedToSent, deleteRTT, toDeleting, toGone, writes []time.Duration
 	var cpu, wall, spread time.Duration
 	api := map[string]latency{}
 	for _, r := range runs {
@@ -247,6 +255,7 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 		toSent = append(toSent, between(r.seen, r.sent)...)
 		toPicked = append(toPicked, between(r.seen, r.picked)...)
 		toQueued = append(toQueued, between(r.seen, r.queued)...)
+		toPlain = append(toPlain, between(r.seen, r.plain)...)
 		queuedToInformer = append(queuedToInformer, between(r.queued, r.informer)...)
 		toInformer = append(toInformer, between(r.seen, r.informer)...)
 		informerToPicked = append(informerToPicked, between(r.informer, r.picked)...)
@@ -279,6 +288,7 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 		{"    of which: to spawnerd's informer delivering the update (negative: before the benchmark's watch)", dist(toInformer), "", ""},
 		{"      of which: to spawnerd's reflector queueing it (the watch's delivery and decoding)", dist(toQueued), "", ""},
 		{"      of which: from the reflector's queue to the handler (client-go's FIFO and listener)", dist(queuedToInformer), "", ""},
+		{"      beside it: to a second watch in the benchmark's process, as spawnerd's but without gzip (--kube-compression=false), delivering it", dist(toPlain) + missed(toPlain, toHub), "", ""},
 		{"    of which: from the informer to a stop worker (the work queue)", dist(informerToPicked), "", ""},
 		{"  of which: taken up to DELETE written (client-go's rate limiter)", dist(pickedToSent), "", ""},
 		{"the DELETE's round trip, as spawnerd saw it", dist(deleteRTT), "", ""},
@@ -337,6 +347,14 @@ func reportStops(b *testing.B, runs []stopRun, extra []string) {
 
 // podWatchesOpened is spawnerd's count of the pod watches it opened.
 const podWatchesOpened = `spawner_kube_watches_opened_total{resource="pods"}`
+
+// missed says how many fewer pods have a time in some than in all; "" if none.
+func missed(some, all []time.Duration) string {
+	if n := len(all) - len(some); n > 0 {
+		return fmt.Sprintf(" (%d pods not seen evicted)", n)
+	}
+	return ""
+}
 
 // between returns each end[i]-start[i] where both are known.
 func between(start, end []time.Time) []time.Duration {
