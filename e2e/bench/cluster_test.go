@@ -18,6 +18,7 @@ import (
 
 	"github.com/dsmlp/spawner/e2e/harness"
 	"github.com/dsmlp/spawner/kubeclient"
+	"github.com/dsmlp/spawner/poll"
 )
 
 // podClock records, from a watch of one namespace, when the benchmark first
@@ -45,7 +46,7 @@ func watchPods(ctx context.Context, ns string) (*podClock, error) {
 // benchmark's watch, in the same process, it shows what an uncompressed
 // watch costs in delivery under load.
 func watchPodsUncompressed(ctx context.Context, ns string) (*podClock, error) {
-	return watchPodsWith(ctx, ns, kubeclient.Uncompressed(env.Config), "component=singleuser-server")
+	return watchPodsWith(ctx, ns, kubeclient.Uncompressed(env.Config), poll.DefaultLabelSelector)
 }
 
 // watchPodsWith watches the pods of ns that selector selects ("" all),
