@@ -27,6 +27,8 @@ func TestServersPageShell(t *testing.T) {
 		`<div class="loading" role="status"`,
 		`id="f-status"`, `id="f-course"`, `id="f-class"`, `id="f-q"`,
 		`<script src="/services/spawnerd/static/`, `/servers.js" defer></script>`,
+		// The list the script fetches first, asked for while the page is read.
+		`<link rel="preload" href="/services/spawnerd/api/servers" as="fetch" crossorigin>`,
 		`<a class="hub" href="/hub/home"`, `id="logout" href="/services/spawnerd/logout"`, `data-user="admin"`,
 		`id="nav-servers" href="/services/spawnerd/" aria-current="page"`,
 	} {

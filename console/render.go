@@ -110,6 +110,9 @@ type view struct {
 	HubName    string
 	// Scripts are the page's static scripts, besides console.js.
 	Scripts []string
+	// Preload are the data the page's script fetches at once: the browser
+	// asks for them while it reads the page, not after its scripts ran.
+	Preload []string
 	// Loaded marks the main container data-loaded when the page's data is
 	// rendered on the server (pages whose script fetches it set it later).
 	Loaded bool

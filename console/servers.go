@@ -161,7 +161,8 @@ func (h *handler) serversJSON(w http.ResponseWriter, r *http.Request, _ *session
 // serversPage is the page shell; its script loads and filters the list.
 func (h *handler) serversPage(w http.ResponseWriter, r *http.Request, s *session) error {
 	v := h.layout(r, s, "Servers", "servers")
-	v.Scripts, v.Loaded = []string{"servers.js"}, false
-	h.render(w, r, http.StatusOK, "servers", v, struct{ API string }{h.opts.Prefix + "api/servers"})
+	api := h.opts.Prefix + "api/servers"
+	v.Scripts, v.Preload, v.Loaded = []string{"servers.js"}, []string{api}, false
+	h.render(w, r, http.StatusOK, "servers", v, struct{ API string }{api})
 	return nil
 }

@@ -23,8 +23,9 @@
     course: document.getElementById('f-course'),
     cls: document.getElementById('f-class'),
   };
-  // rows: key → {tr, cells, sig, item, text}, tr and cells null until the
-  // row is first shown; order: the rows in list order.
+  // rows: key → {tr, cells, item, text}, tr and cells null until the row
+  // is first shown, text null until a search needs it; order: the rows in
+  // list order.
   const rows = new Map();
   let order = [];
 
@@ -95,11 +96,27 @@
     c.event.classList.toggle('warn', !!ev && ev.type === 'Warning');
   }
 
-  // textOf is what the search box matches a server against.
-  function textOf(s) {
-    const ev = s.last_event;
-    return [s.user, s.server, s.pod, s.node, s.profile, s.course, s.gpu_class, s.reason,
-      s.stopped && s.stopped.stopper, ev && ev.reason].filter(Boolean).join(' ').toLowerCase();
+  // textOf is what the search box matches a row's server against, made
+  // on the first search that needs it.
+  function textOf(r) {
+    if (r.text === null) {
+      const s = r.item, ev = s.last_event;
+      r.text = [s.user, s.server, s.pod, s.node, s.profile, s.course, s.gpu_class, s.reason,
+        s.stopped && s.stopped.stopper, ev && ev.reason].filter(Boolean).join(' ').toLowerCase();
+    }
+    return r.text;
+  }
+
+  // same is whether two values of the list's JSON are equal. Comparing
+  // the parsed values costs less than keeping each row as a string to
+  // compare: the first load of 2,000 rows compares nothing.
+  function same(a, b) {
+    if (a === b) return true;
+    if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return false;
+    const ka = Object.keys(a);
+    if (ka.length !== Object.keys(b).length) return false;
+    for (const k of ka) if (!same(a[k], b[k])) return false;
+    return true;
   }
 
   function age(r, now) {
@@ -132,14 +149,11 @@
       seen.add(k);
       let r = rows.get(k);
       if (!r) {
-        r = { tr: null, cells: null, sig: '' };
+        r = { tr: null, cells: null, item: s, text: null };
         rows.set(k, r);
-      }
-      const sig = JSON.stringify(s);
-      if (r.sig !== sig) {
-        r.sig = sig;
+      } else if (!same(r.item, s)) {
         r.item = s;
-        r.text = textOf(s);
+        r.text = null;
         if (r.tr) fill(r, s);
       }
       order.push(r);
@@ -197,7 +211,7 @@
     if (st && (st === 'waiting' ? !s.waiting : s.status !== st)) return false;
     if (course && (course === '-' ? !!s.course : s.course !== course)) return false;
     if (cls && (cls === '-' ? !!s.gpu_class : s.gpu_class !== cls)) return false;
-    return !q || r.text.indexOf(q) >= 0;
+    return !q || textOf(r).indexOf(q) >= 0;
   }
 
   function filter() {

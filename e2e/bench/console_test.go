@@ -546,9 +546,10 @@ func (s *consoleStack) browse(b *testing.B, r *consoleRun) error {
 // browserSeries is a page's load times in the browser, and its phases.
 type browserSeries struct {
 	series
-	// html: navigation start to the page received; request: to its
-	// script's first api/ request; data: to the last api/ answer; render:
-	// to the data on the page.
+	// html: navigation start to the page received; request: to the first
+	// api/ request (the servers page preloads its list, so that one can
+	// start before the page is all received); data: to the last api/
+	// answer; render: to the data on the page.
 	html, request, data, render []time.Duration
 }
 

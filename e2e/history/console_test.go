@@ -50,6 +50,13 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("the console says %q is logged in, want admin\n%s", who, admin.b.Explain("console-failed-whoami.png"))
 		}
 		t.Logf("login through the hub's form and OAuth to the loaded servers page: %.1f s", time.Since(began).Seconds())
+		// The page preloads the list its script fetches first: one request,
+		// not the preload and then the script's own (the polls follow 2 s
+		// apart).
+		starts := evalIn[[]float64](admin, `performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname.endsWith('/api/servers')).map(e => e.startTime)`)
+		if len(starts) == 0 || len(starts) > 1 && starts[1]-starts[0] < 1000 {
+			t.Errorf("the servers list was requested at %v ms: want the preload used by the script, the next request a poll 2 s later", starts)
+		}
 		admin.markStay()
 	})
 	if t.Failed() {
