@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,6 +164,10 @@ func newFleet(b *testing.B, opts harness.SpawnerdOptions) *fleet {
 	b.Helper()
 	ns := env.Namespace(b)
 	opts.Config = fmt.Sprintf(configTemplate, ns)
+	// BENCH_SPAWNERD_ENV adds NAME=value pairs to this spawnerd's
+	// environment (GOMAXPROCS=1, say), to measure a setting without
+	// changing the benchmark's own process.
+	opts.Env = append(opts.Env, strings.Fields(os.Getenv("BENCH_SPAWNERD_ENV"))...)
 	api := env.StartSpawnerd(b, bin, opts)
 	clock, err := watchPods(b.Context(), ns)
 	if err != nil {

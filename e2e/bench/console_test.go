@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -553,6 +555,21 @@ type browserSeries struct {
 	html, request, data, render []time.Duration
 }
 
+// slowest is the phases of the n slowest loads, slowest first, each as
+// "HTML + request + data + render ms": the tail's own account.
+func (se *browserSeries) slowest(n int) string {
+	idx := make([]int, len(se.ds))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(se.ds[b], se.ds[a]) })
+	var out []string
+	for _, i := range idx[:min(n, len(idx))] {
+		out = append(out, fmt.Sprintf("%.0f + %.0f + %.0f + %.0f", ms(se.html[i]), ms(se.request[i]), ms(se.data[i]), ms(se.render[i])))
+	}
+	return strings.Join(out, "; ") + " ms"
+}
+
 // fetch GETs url, with If-None-Match etag when given, and wants status.
 func fetch(ctx context.Context, c *http.Client, url, etag string, status int) (http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -627,11 +644,13 @@ func (r *consoleRun) report(b *testing.B, s *consoleStack) consoleSummary {
 		map[bool]string{true: "spawned", false: "adopted"}[s.store == "sqlite"], secs(s.servers), strings.Join(searchRows, ", "), r.rows["csv"]), rows))
 	show(r.cpu)
 
-	rows = [][]string{{"page", "loads", "p50", "p95", "max", "target (p95)", "met", "phases, p50: HTML", "+ script to request", "+ data (api/)", "+ render"}}
+	rows = [][]string{{"page", "loads", "p50", "p95", "max", "target (p95)", "met", "phases, p50: HTML", "+ script to request", "+ data (api/)", "+ render",
+		"the two slowest loads' phases"}}
 	for _, se := range r.browser {
 		p50, p95, top := percentile(se.ds, 0.5), percentile(se.ds, 0.95), percentile(se.ds, 1)
 		rows = append(rows, []string{se.name, strconv.Itoa(len(se.ds)), millis(p50), millis(p95), millis(top), targetText(se.target), met(se.target, p95),
-			millis(percentile(se.html, 0.5)), millis(percentile(se.request, 0.5)), millis(percentile(se.data, 0.5)), millis(percentile(se.render, 0.5))})
+			millis(percentile(se.html, 0.5)), millis(percentile(se.request, 0.5)), millis(percentile(se.data, 0.5)), millis(percentile(se.render, 0.5)),
+			se.slowest(2)})
 	}
 	show(table(fmt.Sprintf("Console page loads in headless Chromium (%s history): navigation start to #main[data-loaded], static files cached", s.store), rows))
 
