@@ -2,6 +2,7 @@ package console
 
 import (
 	"compress/gzip"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -76,6 +77,59 @@ func TestServersJSON(t *testing.T) {
 	if strings.Contains(body, `"age"`) {
 		t.Error("the list carries ages: they change every second and defeat the ETag")
 	}
+}
+
+// TestServersJSONKeepsRows checks that the list is encoding/json's
+// encoding of its rows, and that a server's row is kept by its Rev: a
+// server reported again with the same Rev shows its kept row, one with a
+// new Rev or none (0) is encoded anew, and one gone from the list loses
+// its kept row.
+func TestServersJSONKeepsRows(t *testing.T) {
+	e := newEnv(t)
+	fleet := func(profile string) []*lifecycle.Server {
+		srvs := manyServers(300)
+		for i, s := range srvs {
+			s.Profile = profile
+			if i%2 == 0 {
+				s.Rev = uint64(i + 1)
+			}
+		}
+		return srvs
+	}
+	c, _, _ := e.login(adminUser, testPrefix)
+	profiles := func(want map[string]string) {
+		t.Helper()
+		e.clock.Advance(2 * time.Second) // past the list cache
+		_, body := e.get(c, testPrefix+"api/servers")
+		var list serverList
+		mustJSON(t, body, &list)
+		if again, err := json.Marshal(list); err != nil || string(again) != body {
+			t.Fatalf("the list is not encoding/json's encoding of its rows (%v)", err)
+		}
+		got := map[string]string{}
+		for _, r := range list.Servers {
+			got[r.User] = r.Profile
+		}
+		for user, profile := range want {
+			if got[user] != profile {
+				t.Errorf("%s's row shows profile %q, want %q", user, got[user], profile)
+			}
+		}
+	}
+	e.servers.set(fleet("cpu"))
+	profiles(map[string]string{"student00000": "cpu", "student00001": "cpu"})
+
+	// Every server changed; only student00002's Rev did.
+	srvs := fleet("gpu")
+	srvs[2].Rev = 1000
+	e.servers.set(srvs)
+	profiles(map[string]string{"student00000": "cpu", "student00001": "gpu", "student00002": "gpu", "student00004": "cpu"})
+
+	// student00000 goes, then comes back with its old Rev: made anew.
+	e.servers.set(srvs[1:])
+	profiles(map[string]string{"student00001": "gpu"})
+	e.servers.set(srvs)
+	profiles(map[string]string{"student00000": "gpu", "student00004": "cpu"})
 }
 
 func TestServersJSONETag(t *testing.T) {

@@ -110,12 +110,20 @@ func (h *handler) rowOf(s *lifecycle.Server) serverRow {
 
 // listCache keeps the servers and their encoded list for listFresh, so
 // that every open console polling every 2 s costs one List per second at
-// most.
+// most; and each server's encoded row by its Rev, so that a new list
+// encodes only the servers that changed.
 type listCache struct {
 	mu      sync.Mutex
 	at      time.Time
 	servers []*lifecycle.Server
 	t       *tagged
+	rows    map[lifecycle.Key]keptRow
+}
+
+// keptRow is a server's encoded row, made of its report of that Rev.
+type keptRow struct {
+	rev  uint64
+	json []byte
 }
 
 const listFresh = time.Second
@@ -132,13 +140,9 @@ func (h *handler) serverList() ([]*lifecycle.Server, *tagged, error) {
 		return c.servers, c.t, nil
 	}
 	srvs := h.opts.Servers.List()
-	list := serverList{Servers: make([]serverRow, 0, len(srvs))}
-	for _, s := range srvs {
-		list.Servers = append(list.Servers, h.rowOf(s))
-	}
-	body, err := json.Marshal(list)
+	body, err := h.encodeList(srvs)
 	if err != nil {
-		return nil, nil, fmt.Errorf("encoding the servers list: %w", err)
+		return nil, nil, err
 	}
 	// An unchanged list keeps its tag and compressed copy.
 	if c.t == nil || !bytes.Equal(c.t.body, body) {
@@ -146,6 +150,38 @@ func (h *handler) serverList() ([]*lifecycle.Server, *tagged, error) {
 	}
 	c.servers, c.at = srvs, now
 	return c.servers, c.t, nil
+}
+
+// encodeList encodes srvs as json.Marshal encodes their serverList,
+// reusing the rows kept of the same Rev; c.mu must be held.
+func (h *handler) encodeList(srvs []*lifecycle.Server) ([]byte, error) {
+	c := h.list
+	size := 64
+	if c.t != nil {
+		size = len(c.t.body) + len(c.t.body)/8
+	}
+	rows := make(map[lifecycle.Key]keptRow, len(srvs))
+	body := append(make([]byte, 0, size), `{"servers":[`...)
+	for i, s := range srvs {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		key := lifecycle.Key{User: s.User, Server: s.Server}
+		row, ok := c.rows[key]
+		if !ok || s.Rev == 0 || row.rev != s.Rev {
+			data, err := json.Marshal(h.rowOf(s))
+			if err != nil {
+				return nil, fmt.Errorf("encoding the servers list: %s's row: %w", s.User, err)
+			}
+			row = keptRow{rev: s.Rev, json: data}
+		}
+		if s.Rev != 0 {
+			rows[key] = row
+		}
+		body = append(body, row.json...)
+	}
+	c.rows = rows
+	return append(body, "]}"...), nil
 }
 
 // serversJSON is GET api/servers: every server, 304 when unchanged.

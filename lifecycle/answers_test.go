@@ -56,6 +56,12 @@ func answersManager(tb testing.TB, cfg *spawner.Config, pods ...*corev1.Pod) (*M
 	for i, p := range pods {
 		objs[i] = p
 	}
+	return managerOf(tb, cfg, objs)
+}
+
+// managerOf is answersManager over any objects (pods and events).
+func managerOf(tb testing.TB, cfg *spawner.Config, objs []runtime.Object) (*Manager, *fake.Clientset, *poll.Watcher, *testingclock.FakeClock) {
+	tb.Helper()
 	client := fake.NewClientset(objs...)
 	w, err := poll.New(client, poll.Options{Namespace: "ns1", LabelSelector: "component=singleuser-server"})
 	if err != nil {

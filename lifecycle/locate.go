@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dsmlp/spawner/poll"
@@ -29,7 +30,7 @@ type Hint struct {
 // a user's annotations, is nobody's server.
 func Ownership(cfg *spawner.Config) func(*corev1.Pod) (bool, string) {
 	return func(pod *corev1.Pod) (bool, string) {
-		user, server, why := identityOf(pod)
+		user, server, why := identityOf(&pod.ObjectMeta)
 		if why != "" {
 			return false, why
 		}
@@ -43,9 +44,9 @@ func Ownership(cfg *spawner.Config) func(*corev1.Pod) (bool, string) {
 // identityOf reads the hub user and server a pod is for. A pod with the
 // key label must match it; one without (made before the label) is read
 // from its annotations alone.
-func identityOf(pod *corev1.Pod) (user, server, why string) {
+func identityOf(pod *metav1.ObjectMeta) (user, server, why string) {
 	if _, labelled := pod.Labels[serverid.LabelKey]; labelled {
-		u, s, ok := serverid.Of(pod)
+		u, s, ok := serverid.OfMeta(pod)
 		if !ok {
 			return "", "", "its server-key label does not match its user and server annotations"
 		}
@@ -69,6 +70,11 @@ func describe(user, server string) string {
 // that server and it is where the configuration (or the hub's saved state)
 // puts it.
 func (m *Manager) owns(pod *corev1.Pod, key Key, hint Hint) (bool, string) {
+	return m.ownsMeta(&pod.ObjectMeta, key, hint)
+}
+
+// ownsMeta is owns for a pod's metadata, all that owns reads.
+func (m *Manager) ownsMeta(pod *metav1.ObjectMeta, key Key, hint Hint) (bool, string) {
 	user, server, why := identityOf(pod)
 	switch {
 	case why != "":

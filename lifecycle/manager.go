@@ -40,7 +40,10 @@ type Watcher interface {
 	ExpectStop(namespace, pod string)
 	ForgetStop(namespace, pod string)
 	LastStop(namespace, pod string) (poll.StopInfo, bool)
-	Pods() []*corev1.Pod
+	// PodMetas are the cached pods' metadata, NewestEvent a pod's newest
+	// event (the last of Events): what List reads of every pod.
+	PodMetas() []*metav1.ObjectMeta
+	NewestEvent(namespace, pod string) *corev1.Event
 	PodsOf(serverKey string) []*corev1.Pod
 }
 
@@ -86,6 +89,8 @@ type Manager struct {
 	spawns map[Key]*spawn
 	// observed follow spawns another replica started, for progress.
 	observed map[Key]*spawn
+
+	list *listKept
 }
 
 type podRef struct{ namespace, name string }
@@ -218,6 +223,7 @@ func New(client kubernetes.Interface, cfg *spawner.Config, w Watcher, opts Optio
 	if m.pods == nil {
 		m.pods = typedCreator{client}
 	}
+	m.list = newListKept(m.onlyPodOf())
 	if err := m.initSpark(opts.Spark); err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -71,6 +70,10 @@ type Server struct {
 	Events []EventSummary `json:"events,omitempty"`
 	// Spark is the server's Spark cluster, if it has one.
 	Spark *sparkcluster.Status `json:"spark,omitempty"`
+	// Rev names what List made this server's report of: two reports of
+	// one server with the same nonzero Rev differ in Age alone. Zero: made
+	// afresh each time.
+	Rev uint64 `json:"-"`
 }
 
 // StopReason is why a server ended, kept after its pod is gone.
@@ -298,92 +301,21 @@ func (m *Manager) events(ns, pod string, max int) []EventSummary {
 	}
 	out := make([]EventSummary, 0, len(evs))
 	for _, ev := range evs {
-		ts := ev.LastTimestamp.Time
-		if ts.IsZero() {
-			ts = ev.EventTime.Time
-		}
-		from := ev.Source.Component
-		if from == "" {
-			from = ev.ReportingController
-		}
-		out = append(out, EventSummary{Time: ts, Type: ev.Type, Reason: ev.Reason, Message: ev.Message, From: from, Count: ev.Count})
+		out = append(out, summaryOf(ev))
 	}
 	return out
 }
 
-// maxRecentStops bounds the stopped servers List adds from the history.
-const maxRecentStops = 5000
-
-// List reports every server whose pod is in the cache, and those whose
-// last session ended within RecentStops (with why), sorted by user and
-// server.
-func (m *Manager) List() []*Server {
-	out := []*Server{}
-	seen := map[Key]bool{}
-	for _, pod := range m.watcher.Pods() {
-		user, server, why := identityOf(pod)
-		key := Key{user, server}
-		if why != "" || seen[key] {
-			continue
-		}
-		if ok, _ := m.owns(pod, key, Hint{}); !ok {
-			continue
-		}
-		seen[key] = true
-		srv := m.Server(key, Hint{Pod: pod.Name, Namespace: pod.Namespace, UID: pod.UID})
-		if evs := m.events(srv.Namespace, srv.Pod, 1); len(evs) == 1 {
-			srv.LastEvent = &evs[0]
-		}
-		out = append(out, srv)
+func summaryOf(ev *corev1.Event) EventSummary {
+	ts := ev.LastTimestamp.Time
+	if ts.IsZero() {
+		ts = ev.EventTime.Time
 	}
-	out = append(out, m.recentlyStopped(seen)...)
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].User != out[j].User {
-			return out[i].User < out[j].User
-		}
-		return out[i].Server < out[j].Server
-	})
-	return out
-}
-
-// recentlyStopped are the servers without a live pod whose last session
-// ended within m.recent, from the history (newest session per server).
-func (m *Manager) recentlyStopped(live map[Key]bool) []*Server {
-	if m.hist == nil {
-		return nil
+	from := ev.Source.Component
+	if from == "" {
+		from = ev.ReportingController
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), historyWait)
-	defer cancel()
-	now := m.clock.Now()
-	f := history.Filter{Ended: true, Since: now.Add(-m.recent)}
-	var out []*Server
-	page := history.Page{Limit: history.MaxLimit}
-	for n := 0; n < maxRecentStops; {
-		got, err := m.hist.List(ctx, f, page)
-		if err != nil {
-			m.log.Warn("list: reading recently stopped servers from the session history failed", zap.Error(err))
-			return out
-		}
-		for _, sess := range got.Sessions {
-			key := Key{sess.User, sess.Server}
-			if live[key] {
-				continue
-			}
-			live[key] = true
-			s := &Server{User: sess.User, Server: sess.Server, State: map[string]string{}}
-			fillFromSession(s, sess, m.loc)
-			if s.Created != nil {
-				s.Age = now.Sub(*s.Created).Round(time.Second).String()
-			}
-			out = append(out, s)
-		}
-		n += len(got.Sessions)
-		if got.Next == "" {
-			break
-		}
-		page.Cursor = got.Next
-	}
-	return out
+	return EventSummary{Time: ts, Type: ev.Type, Reason: ev.Reason, Message: ev.Message, From: from, Count: ev.Count}
 }
 
 func (m *Manager) clockNow() time.Time { return m.clock.Now() }
@@ -467,21 +399,23 @@ const ageField = `,"age":"`
 
 // NewAnswers returns an empty cache of the manager's poll answers.
 func (m *Manager) NewAnswers() *Answers {
-	a := &Answers{m: m, kept: map[Key]*answer{}}
+	return &Answers{m: m, only: m.onlyPodOf(), kept: map[Key]*answer{}}
+}
+
+// onlyPodOf returns the watcher's OnlyPodOf, else one made of PodsOf.
+func (m *Manager) onlyPodOf() func(key string) (poll.PodVersion, int) {
 	if w, ok := m.watcher.(interface {
 		OnlyPodOf(key string) (poll.PodVersion, int)
 	}); ok {
-		a.only = w.OnlyPodOf
-	} else {
-		a.only = func(key string) (poll.PodVersion, int) {
-			pods := m.watcher.PodsOf(key)
-			if len(pods) != 1 {
-				return poll.PodVersion{}, len(pods)
-			}
-			return poll.VersionOf(pods[0]), 1
-		}
+		return w.OnlyPodOf
 	}
-	return a
+	return func(key string) (poll.PodVersion, int) {
+		pods := m.watcher.PodsOf(key)
+		if len(pods) != 1 {
+			return poll.PodVersion{}, len(pods)
+		}
+		return poll.VersionOf(pods[0]), 1
+	}
 }
 
 // AppendJSON appends Server(key, hint) to dst as encoding/json encodes it.
@@ -506,19 +440,26 @@ func (a *Answers) AppendJSON(dst []byte, key Key, hint Hint) ([]byte, error) {
 // current reports whether an answer's pod is still the server's one pod,
 // unchanged, and its spawn's state what it was.
 func (a *Answers) current(key Key, e *answer) bool {
-	v, n := a.only(e.labelKey)
-	if n != 1 || v != e.version {
+	return a.m.unchanged(a.only, key, e.labelKey, &e.basis)
+}
+
+// unchanged reports whether what an answer was made of holds still: its
+// pod (labelKey's only pod, as only reads it) unchanged, and its spawn's
+// state what it was.
+func (m *Manager) unchanged(only func(string) (poll.PodVersion, int), key Key, labelKey string, b *basis) bool {
+	v, n := only(labelKey)
+	if n != 1 || v != b.version {
 		return false
 	}
-	a.m.mu.Lock()
-	sp := a.m.spawns[key]
-	a.m.mu.Unlock()
-	if sp != e.sp {
+	m.mu.Lock()
+	sp := m.spawns[key]
+	m.mu.Unlock()
+	if sp != b.sp {
 		return false
 	}
 	if sp != nil {
 		done, url, failed := sp.result()
-		return done == e.done && url == e.url && failed == e.failed
+		return done == b.done && url == b.url && failed == b.failed
 	}
 	return true
 }

@@ -105,7 +105,15 @@ func (w *fakeWatcher) Events(ns, pod string) []*corev1.Event {
 func (w *fakeWatcher) ExpectStop(string, string)                     {}
 func (w *fakeWatcher) ForgetStop(string, string)                     {}
 func (w *fakeWatcher) LastStop(string, string) (poll.StopInfo, bool) { return poll.StopInfo{}, false }
-func (w *fakeWatcher) Pods() []*corev1.Pod                           { return nil }
+func (w *fakeWatcher) PodMetas() []*metav1.ObjectMeta                { return nil }
+
+func (w *fakeWatcher) NewestEvent(ns, pod string) *corev1.Event {
+	evs := w.Events(ns, pod)
+	if len(evs) == 0 {
+		return nil
+	}
+	return evs[len(evs)-1]
+}
 
 // PodsOf finds the pods the tests set by their server-key label.
 func (w *fakeWatcher) PodsOf(key string) []*corev1.Pod {

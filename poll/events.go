@@ -353,14 +353,65 @@ func (e *eventCache) eventsOf(pod cache.ObjectName) []*corev1.Event {
 	for i := range all {
 		out[i] = &all[i]
 	}
-	sort.Slice(out, func(i, j int) bool {
-		ti, tj := eventTime(out[i]), eventTime(out[j])
-		if !ti.Equal(tj) {
-			return ti.Before(tj)
-		}
-		return out[i].Name < out[j].Name
-	})
+	sort.Slice(out, func(i, j int) bool { return eventBefore(out[i], out[j]) })
 	return out
+}
+
+// newestOf returns the last of eventsOf(pod), or nil, making only that one
+// (and two more for each tie of times, which the names decide).
+func (e *eventCache) newestOf(pod cache.ObjectName) *corev1.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var best *cachedEvent
+	var bestAt time.Time
+	for _, ce := range e.byPod[pod] {
+		at := ce.orderTime()
+		switch {
+		case best == nil, at.After(bestAt):
+		case at.Equal(bestAt) && ce.nameIn(pod) > best.nameIn(pod):
+		default:
+			continue
+		}
+		best, bestAt = ce, at
+	}
+	if best == nil {
+		return nil
+	}
+	ev := new(corev1.Event)
+	best.fill(ev, pod)
+	return ev
+}
+
+// orderTime is eventTime of the event ce keeps, without making it.
+func (ce *cachedEvent) orderTime() time.Time {
+	switch {
+	case ce.last != 0:
+		return time.Unix(0, ce.last)
+	case ce.rare != nil && ce.rare.series != nil && !ce.rare.series.LastObservedTime.IsZero():
+		return ce.rare.series.LastObservedTime.Time
+	case ce.rare != nil && !ce.rare.eventTime.IsZero():
+		return ce.rare.eventTime.Time
+	case ce.created != 0:
+		return time.Unix(0, ce.created)
+	}
+	return time.Time{}
+}
+
+// nameIn is the event's name, that of pod's event ce keeps.
+func (ce *cachedEvent) nameIn(pod cache.ObjectName) string {
+	if ce.short {
+		return pod.Name + "." + ce.name
+	}
+	return ce.name
+}
+
+// eventBefore is eventsOf's order: by eventTime, then by name.
+func eventBefore(a, b *corev1.Event) bool {
+	ta, tb := eventTime(a), eventTime(b)
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	return a.Name < b.Name
 }
 
 // eventTime orders events as KubeSpawner does (lastTimestamp, else
@@ -509,10 +560,7 @@ func (ce *cachedEvent) is(pod cache.ObjectName, name string) bool {
 // fill writes the event ce keeps into ev, as trimEvent would have left it
 // (its resourceVersion aside, which nothing reads).
 func (ce *cachedEvent) fill(ev *corev1.Event, pod cache.ObjectName) {
-	name := ce.name
-	if ce.short {
-		name = pod.Name + "." + ce.name
-	}
+	name := ce.nameIn(pod)
 	involvedNS := pod.Namespace
 	if ce.noInvolvedNS {
 		involvedNS = ""

@@ -66,6 +66,12 @@ func TestEventsKeptOnlyForNotebookPods(t *testing.T) {
 			t.Fatalf("events = %v, want %v (oldest first)", got, want)
 		}
 	}
+	if ev := w.NewestEvent(testNS, pod.Name); ev == nil || ev.Name != "started" {
+		t.Errorf("newest event = %v, want started (the last of Events)", ev)
+	}
+	if ev := w.NewestEvent(testNS, "spark-exec-1"); ev != nil {
+		t.Errorf("newest event of an unrelated pod = %s, want none", ev.Name)
+	}
 	if evs := w.Events(testNS, "spark-exec-1"); len(evs) != 0 {
 		t.Errorf("events of an unrelated pod kept: %v", eventNames(evs))
 	}
@@ -79,6 +85,12 @@ func TestEventsKeptOnlyForNotebookPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "event deleted", func() bool { return len(w.Events(testNS, pod.Name)) == 2 })
+	// Two events of the same time: the name decides, as in Events.
+	createEvent(t, client, podEvent("started-again", pod.Name, "Started", base.Add(3*time.Second)))
+	waitFor(t, "same-time event", func() bool { return len(w.Events(testNS, pod.Name)) == 3 })
+	if ev, evs := w.NewestEvent(testNS, pod.Name), w.Events(testNS, pod.Name); ev == nil || ev.Name != evs[len(evs)-1].Name {
+		t.Errorf("newest event = %v, want %s (the last of Events)", ev, evs[len(evs)-1].Name)
+	}
 }
 
 func TestEventsOrphansAdoptedWhenPodAppears(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptrace"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -419,6 +420,23 @@ func (w *Watcher) Pods() []*corev1.Pod {
 	return out
 }
 
+// PodMetas returns the metadata of every cached pod, without making each
+// pod whole as Pods does: a list of every server reads the identities
+// alone. They are the cache's own: never modify them.
+func (w *Watcher) PodMetas() []*metav1.ObjectMeta {
+	var out []*metav1.ObjectMeta
+	for _, sp := range w.spaces {
+		objs := sp.pods.GetIndexer().List()
+		out = slices.Grow(out, len(objs))
+		for _, obj := range objs {
+			if c, ok := obj.(*cachedPod); ok {
+				out = append(out, &c.ObjectMeta)
+			}
+		}
+	}
+	return out
+}
+
 // PodsOf returns the cached pods labelled with a server's key (see
 // serverid.Key), in every watched namespace, oldest first. Their maps and
 // slices are the cache's: never modify them.
@@ -451,6 +469,16 @@ func (w *Watcher) Events(namespace, pod string) []*corev1.Event {
 		return nil
 	}
 	return sp.events.eventsOf(cache.NewObjectName(namespace, pod))
+}
+
+// NewestEvent returns the pod's newest cached event, the last of Events,
+// or nil; it makes that one alone from the cache's compact copies.
+func (w *Watcher) NewestEvent(namespace, pod string) *corev1.Event {
+	sp := w.spaceOf(namespace)
+	if sp == nil {
+		return nil
+	}
+	return sp.events.newestOf(cache.NewObjectName(namespace, pod))
 }
 
 // LastStop says why the latest pod of that name stopped. It is kept after the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 const (
@@ -84,9 +85,14 @@ func Key(user, server string) string {
 // ok is false unless its key label matches its annotations, so a pod whose
 // annotations were edited after it was made is not taken for anyone's.
 func Of(pod *corev1.Pod) (user, server string, ok bool) {
-	user, hasUser := pod.Annotations[AnnotationUser]
-	server = pod.Annotations[AnnotationServer]
-	if !hasUser || pod.Labels[LabelKey] != Key(user, server) {
+	return OfMeta(&pod.ObjectMeta)
+}
+
+// OfMeta is Of for a pod's metadata.
+func OfMeta(meta *metav1.ObjectMeta) (user, server string, ok bool) {
+	user, hasUser := meta.Annotations[AnnotationUser]
+	server = meta.Annotations[AnnotationServer]
+	if !hasUser || meta.Labels[LabelKey] != Key(user, server) {
 		return "", "", false
 	}
 	return user, server, true

@@ -69,7 +69,7 @@ func (br *browser) login(url, user, password string) error {
 // milliseconds since the navigation started.
 type pageTiming struct {
 	HTML      float64 `json:"html"`      // the page's HTML received
-	DataStart float64 `json:"dataStart"` // its scripts' first api/ request sent
+	DataStart float64 `json:"dataStart"` // its first api/ request sent (a preload's, else a script's)
 	DataEnd   float64 `json:"dataEnd"`   // their last answer received
 	Loaded    float64 `json:"loaded"`    // #main marked data-loaded: the data rendered
 }

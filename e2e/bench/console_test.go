@@ -644,7 +644,7 @@ func (r *consoleRun) report(b *testing.B, s *consoleStack) consoleSummary {
 		map[bool]string{true: "spawned", false: "adopted"}[s.store == "sqlite"], secs(s.servers), strings.Join(searchRows, ", "), r.rows["csv"]), rows))
 	show(r.cpu)
 
-	rows = [][]string{{"page", "loads", "p50", "p95", "max", "target (p95)", "met", "phases, p50: HTML", "+ script to request", "+ data (api/)", "+ render",
+	rows = [][]string{{"page", "loads", "p50", "p95", "max", "target (p95)", "met", "phases, p50: HTML", "+ to the first request", "+ data (api/)", "+ render",
 		"the two slowest loads' phases"}}
 	for _, se := range r.browser {
 		p50, p95, top := percentile(se.ds, 0.5), percentile(se.ds, 0.95), percentile(se.ds, 1)
