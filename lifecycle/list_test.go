@@ -62,10 +62,7 @@ func TestListKeepsServers(t *testing.T) {
 	list("a minute later", both(false, false))
 
 	// An event about alice's pod: it is her newest.
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: alice.Name + ".1", Namespace: "ns1"},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: alice.Name, UID: alice.UID},
-		Reason:         "Pulled", Message: "image pulled", Type: corev1.EventTypeNormal, Count: 1,
-		LastTimestamp: metav1.NewTime(testNow), Source: corev1.EventSource{Component: "kubelet"}}
+	ev := kubeletEvent(alice, alice.Name+".1", "Pulled", testNow)
 	events := client.CoreV1().Events("ns1")
 	if _, err := events.Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -135,6 +132,14 @@ func TestListKeepsServers(t *testing.T) {
 	}
 }
 
+// kubeletEvent is a kubelet's event about pod, seen once at at.
+func kubeletEvent(pod *corev1.Pod, name, reason string, at time.Time) *corev1.Event {
+	return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Reason:         reason, Message: reason + " the notebook", Type: corev1.EventTypeNormal, Count: 1,
+		LastTimestamp: metav1.NewTime(at), Source: corev1.EventSource{Component: "kubelet"}}
+}
+
 // BenchmarkList lists 2,000 running servers of a real informer cache, each
 // with a started pod's four events, as the console does every second
 // while one is open.
@@ -150,10 +155,7 @@ func BenchmarkList(b *testing.B) {
 		pods[i] = servedPod(b, cfg, fmt.Sprintf("user%05d", i), i)
 		objs = append(objs, pods[i])
 		for j, reason := range []string{"Scheduled", "Pulled", "Created", "Started"} {
-			objs = append(objs, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%016x", pods[i].Name, i*4+j), Namespace: "ns1"},
-				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ns1", Name: pods[i].Name, UID: pods[i].UID},
-				Reason:         reason, Message: reason + " the notebook", Type: corev1.EventTypeNormal, Count: 1,
-				LastTimestamp: metav1.NewTime(testNow.Add(time.Duration(j) * time.Second)), Source: corev1.EventSource{Component: "kubelet"}})
+			objs = append(objs, kubeletEvent(pods[i], fmt.Sprintf("%s.%016x", pods[i].Name, i*4+j), reason, testNow.Add(time.Duration(j)*time.Second)))
 		}
 	}
 	m, _, w, _ := managerOf(b, cfg, objs)

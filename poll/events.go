@@ -358,7 +358,8 @@ func (e *eventCache) eventsOf(pod cache.ObjectName) []*corev1.Event {
 }
 
 // newestOf returns the last of eventsOf(pod), or nil, making only that one
-// (and two more for each tie of times, which the names decide).
+// event: the others are compared by their kept times (and on a tie by
+// their names, as eventsOf does).
 func (e *eventCache) newestOf(pod cache.ObjectName) *corev1.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
