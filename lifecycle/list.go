@@ -49,12 +49,9 @@ func (m *Manager) List() []*Server {
 	seen := map[Key]bool{}
 	now := m.clockNow()
 	for _, meta := range m.watcher.PodMetas() {
-		user, server, why := identityOf(meta)
+		user, server, why := ownerOf(m.cfg, meta)
 		key := Key{user, server}
 		if why != "" || seen[key] {
-			continue
-		}
-		if ok, _ := m.ownsMeta(meta, key, Hint{}); !ok {
 			continue
 		}
 		seen[key] = true

@@ -30,15 +30,20 @@ type Hint struct {
 // a user's annotations, is nobody's server.
 func Ownership(cfg *spawner.Config) func(*corev1.Pod) (bool, string) {
 	return func(pod *corev1.Pod) (bool, string) {
-		user, server, why := identityOf(&pod.ObjectMeta)
-		if why != "" {
-			return false, why
-		}
-		if !cfg.MayHold(user, server, 0, pod.Namespace) {
-			return false, fmt.Sprintf("the configuration never puts %s's pods in namespace %s", describe(user, server), pod.Namespace)
-		}
-		return true, ""
+		_, _, why := ownerOf(cfg, &pod.ObjectMeta)
+		return why == "", why
 	}
+}
+
+// ownerOf is the server a pod is for, when its identity is whole and the
+// configuration can put that server's pod in the pod's namespace; else why
+// it is nobody's.
+func ownerOf(cfg *spawner.Config, pod *metav1.ObjectMeta) (user, server, why string) {
+	user, server, why = identityOf(pod)
+	if why == "" && !cfg.MayHold(user, server, 0, pod.Namespace) {
+		return "", "", fmt.Sprintf("the configuration never puts %s's pods in namespace %s", describe(user, server), pod.Namespace)
+	}
+	return user, server, why
 }
 
 // identityOf reads the hub user and server a pod is for. A pod with the
@@ -70,12 +75,7 @@ func describe(user, server string) string {
 // that server and it is where the configuration (or the hub's saved state)
 // puts it.
 func (m *Manager) owns(pod *corev1.Pod, key Key, hint Hint) (bool, string) {
-	return m.ownsMeta(&pod.ObjectMeta, key, hint)
-}
-
-// ownsMeta is owns for a pod's metadata, all that owns reads.
-func (m *Manager) ownsMeta(pod *metav1.ObjectMeta, key Key, hint Hint) (bool, string) {
-	user, server, why := identityOf(pod)
+	user, server, why := identityOf(&pod.ObjectMeta)
 	switch {
 	case why != "":
 		return false, why
