@@ -158,3 +158,45 @@ func TestEventCacheTrimsEvents(t *testing.T) {
 		t.Errorf("trimmed event lost fields: %+v", got[0])
 	}
 }
+
+// TestNewestOfIsLastOfEventsOf checks that newestOf, which compares the
+// kept times without making the events, picks what eventsOf puts last,
+// whichever time an event carries (lastTimestamp, a series, eventTime
+// alone, or only its creation) and on ties of time.
+func TestNewestOfIsLastOfEventsOf(t *testing.T) {
+	base := time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
+	pod := cache.NewObjectName(testNS, "jupyter-alice")
+	at := func(name string, d time.Duration) *corev1.Event {
+		return podEvent(name, pod.Name, "Pulled", base.Add(d))
+	}
+	series := at("jupyter-alice.series", 0)
+	series.LastTimestamp = metav1.Time{}
+	series.EventTime = metav1.NewMicroTime(base.Add(time.Second))
+	series.Series = &corev1.EventSeries{Count: 3, LastObservedTime: metav1.NewMicroTime(base.Add(5 * time.Second))}
+	micro := at("micro", 0)
+	micro.LastTimestamp, micro.EventTime = metav1.Time{}, metav1.NewMicroTime(base.Add(4*time.Second))
+	created := at("jupyter-alice.created", 0)
+	created.LastTimestamp, created.CreationTimestamp = metav1.Time{}, metav1.NewTime(base.Add(6*time.Second))
+	events := []*corev1.Event{
+		at("jupyter-alice.a", time.Second), at("zz-long-name", 2*time.Second), micro, series,
+		at("jupyter-alice.b", 5*time.Second), at("jupyter-alice.c", 5*time.Second), created, at("a-first-by-name", 6*time.Second),
+	}
+	clk := clocktesting.NewFakePassiveClock(base)
+	e := newEventCache(func(cache.ObjectName) bool { return true }, func(cache.ObjectName) {}, clk)
+	if e.newestOf(pod) != nil {
+		t.Fatal("a newest event of a pod with none")
+	}
+	for _, ev := range events {
+		if err := e.Add(ev); err != nil {
+			t.Fatal(err)
+		}
+		all := e.eventsOf(pod)
+		got, want := e.newestOf(pod), all[len(all)-1]
+		if got == nil {
+			t.Fatalf("after %s: no newest event, want %s", ev.Name, want.Name)
+		}
+		if got.Name != want.Name {
+			t.Fatalf("after %s: newest %s, want %s (eventsOf: %v)", ev.Name, got.Name, want.Name, eventNames(all))
+		}
+	}
+}
