@@ -84,6 +84,39 @@ func managerOf(tb testing.TB, cfg *spawner.Config, objs []runtime.Object) (*Mana
 	return m, client, w, clk
 }
 
+// awaitCached waits until w's cache holds the pod of ns1 named name at
+// resourceVersion rv, or no such pod when rv is "".
+func awaitCached(t *testing.T, w *poll.Watcher, name, rv string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		st := w.Status("ns1", name)
+		if rv == "" {
+			return st.Pod == nil, nil
+		}
+		return st.Pod != nil && st.Pod.ResourceVersion == rv, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s never reached resourceVersion %q in the cache", name, rv)
+	}
+}
+
+// unready makes the notebook container of ns1's pod name not ready, at
+// resourceVersion rv, and waits until w's cache holds it.
+func unready(t *testing.T, client *fake.Clientset, w *poll.Watcher, name, rv string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := client.CoreV1().Pods("ns1")
+	cur, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.ContainerStatuses[0].Ready, cur.ResourceVersion = false, rv
+	if _, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCached(t, w, name, rv)
+}
+
 // TestAnswersMatchServer checks that every answer the cache gives, kept or
 // made afresh, is byte for byte Server's encoded, as the pod, the spawn and
 // the clock change.
@@ -97,21 +130,6 @@ func TestAnswersMatchServer(t *testing.T) {
 	a := m.NewAnswers()
 	pods := client.CoreV1().Pods("ns1")
 	ctx := context.Background()
-	// seen waits until the cache holds the pod's resourceVersion (or its
-	// absence).
-	seen := func(name, rv string) {
-		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			st := w.Status("ns1", name)
-			if rv == "" {
-				return st.Pod == nil, nil
-			}
-			return st.Pod != nil && st.Pod.ResourceVersion == rv, nil
-		})
-		if err != nil {
-			t.Fatalf("pod %s never reached resourceVersion %q in the cache", name, rv)
-		}
-	}
 	check := func(what string, key Key, hint Hint, wantKept bool) {
 		t.Helper()
 		for i := range 2 { // made, then kept
@@ -145,16 +163,7 @@ func TestAnswersMatchServer(t *testing.T) {
 	}
 
 	// The pod changes: not ready any more.
-	cur, err := pods.Get(ctx, alice.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Status.ContainerStatuses[0].Ready = false
-	cur.ResourceVersion = "5000"
-	if _, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	seen(alice.Name, "5000")
+	unready(t, client, w, alice.Name, "5000")
 	check("pending after the update", aliceKey, hint, true)
 
 	// A spawn of this process: starting, then ready with its own URL.
@@ -176,12 +185,12 @@ func TestAnswersMatchServer(t *testing.T) {
 	if _, err := pods.Create(ctx, twin, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	seen(twin.Name, "6000")
+	awaitCached(t, w, twin.Name, "6000")
 	check("two pods", bobKey, Hint{}, false)
 	check("two pods, hint to the older", bobKey, Hint{Pod: bob.Name, Namespace: "ns1", UID: bob.UID}, false)
 
 	// Stopped, then gone.
-	cur, err = pods.Get(ctx, twin.Name, metav1.GetOptions{})
+	cur, err := pods.Get(ctx, twin.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,18 +198,18 @@ func TestAnswersMatchServer(t *testing.T) {
 	if _, err := pods.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	seen(twin.Name, "7000")
+	awaitCached(t, w, twin.Name, "7000")
 	for _, name := range []string{bob.Name} {
 		if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		seen(name, "")
+		awaitCached(t, w, name, "")
 	}
 	check("stopped", bobKey, Hint{}, false)
 	if err := pods.Delete(ctx, twin.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	seen(twin.Name, "")
+	awaitCached(t, w, twin.Name, "")
 	check("gone", bobKey, Hint{}, false)
 	check("never had a pod", Key{User: "nobody"}, Hint{}, false)
 }

@@ -86,20 +86,7 @@ func TestListKeepsServers(t *testing.T) {
 	list("the event again", both(true, false))
 
 	// alice's pod changes: not ready any more.
-	cur, err := client.CoreV1().Pods("ns1").Get(ctx, alice.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Status.ContainerStatuses[0].Ready, cur.ResourceVersion = false, "5000"
-	if _, err := client.CoreV1().Pods("ns1").UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		st := w.Status("ns1", alice.Name)
-		return st.Pod != nil && st.Pod.ResourceVersion == "5000", nil
-	}); err != nil {
-		t.Fatal("the pod update never reached the cache")
-	}
+	unready(t, client, w, alice.Name, "5000")
 	list("the pod changed", both(true, false))
 
 	// A spawn of bob's server in this process, then its end.
@@ -115,11 +102,7 @@ func TestListKeepsServers(t *testing.T) {
 	if err := client.CoreV1().Pods("ns1").Delete(ctx, bob.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return w.Status("ns1", bob.Name).Pod == nil, nil
-	}); err != nil {
-		t.Fatal("the pod's deletion never reached the cache")
-	}
+	awaitCached(t, w, bob.Name, "")
 	m.mu.Lock()
 	delete(m.spawns, sp.key)
 	m.mu.Unlock()
